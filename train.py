@@ -12,12 +12,14 @@ import argparse
 import math
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from loaders import DumpError, make_loader, open_dump
@@ -43,6 +45,8 @@ class TrainConfig:
     profile: bool = False
     profile_dir: str = "runs/profile"
     quiet: bool = False
+    ckpt: str = ""                    # checkpoint path ('' = none)
+    save_every: int = 0               # checkpoint every N steps (0: only at the end / on a signal)
 
 
 @dataclass
@@ -56,6 +60,8 @@ class TrainResult:
     diagnosis: str = ""
     profile_tables: str = ""
     peak_memory_bytes: int = 0
+    stopped_by: object = None         # signal name when SIGINT/SIGTERM ended the run
+    batch_fingerprints: list = field(default_factory=list)
 
 
 def set_seed(seed: int):
@@ -89,6 +95,32 @@ def set_optimizer_mode(optimizer, training: bool):
         optimizer.train() if training else optimizer.eval()
 
 
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The NanoTabPFNModel inside DistributedDataParallel / torch.compile wrappers."""
+    model = getattr(model, "module", model)          # DDP
+    return getattr(model, "_orig_mod", model)       # torch.compile
+
+
+@torch.no_grad()
+def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
+    """The weights to evaluate with, computed out of place so training state is untouched.
+
+    Schedule-free AdamW trains at y and evaluates at x = lerp(y, z, 1 - 1/beta1) (its .eval());
+    swapping in place and back is not bit-exact in floating point, which would make an eval or a
+    checkpoint perturb training. For torch AdamW the weights are the model's own.
+    """
+    model = unwrap(model)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if not hasattr(optimizer, "train"):
+        return state
+    for name, p in model.named_parameters():
+        for group in optimizer.param_groups:
+            if group.get("train_mode", True) and "z" in optimizer.state.get(p, {}):
+                beta1 = group["betas"][0]
+                state[name] = torch.lerp(p.detach(), optimizer.state[p]["z"], 1 - 1 / beta1)
+    return state
+
+
 def loss_on_batch(model, batch, amp: str):
     """Cross-entropy of the test rows given the train rows, as upstream computes it.
 
@@ -104,92 +136,242 @@ def loss_on_batch(model, batch, amp: str):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
 
 
-def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None) -> TrainResult:
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: everything needed to continue bit for bit, written atomically.
+
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is corrupt, truncated or does not match this run (one-line message)."""
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict):
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in state["python"]))
+
+
+def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list, train_seconds: float,
+                    meta: dict):
+    """Writes model, optimizer (schedule-free state included), loader position, RNG and step.
+
+    Temp name in the same folder, fsync, then os.replace: the previous checkpoint stays whole until
+    the new one is. "model" holds the inference weights (what NanoTabPFNClassifier.from_checkpoint
+    loads); "train_state" holds what resuming needs.
+    """
+    state = {"format": CHECKPOINT_FORMAT, "model_config": meta["model_config"],
+             "model": inference_state_dict(model, optimizer), "data": meta["data"],
+             "global_batch": meta["global_batch"], "step": step,
+             "train_state": {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+                             "loader": loader.state_dict(), "rng": rng_state(), "losses": list(losses),
+                             "train_seconds": train_seconds}}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_checkpoint(path: str, meta: dict) -> dict:
+    """Reads and checks a checkpoint against this run; raises CheckpointError naming any mismatch."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"--resume: checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # no pickle code execution
+    except Exception as e:  # torch raises many types for a damaged zip/pickle
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
+    if not isinstance(state, dict) or "train_state" not in state or "format" not in state:
+        raise CheckpointError(f"checkpoint {path} is not a nanoTabPFN training checkpoint")
+    if state["format"] > CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} has format {state['format']}, newer than this code "
+                              f"({CHECKPOINT_FORMAT})")
+    diff = [f"{k}={state['model_config'].get(k)!r} (this run: {v!r})"
+            for k, v in meta["model_config"].items() if k != "attention" and state["model_config"].get(k) != v]
+    if diff:
+        raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
+    if state["data"] != meta["data"]:
+        raise CheckpointError(f"checkpoint {path} was trained on a different dump: {state['data']} "
+                              f"(this run: {meta['data']})")
+    if state["global_batch"] != meta["global_batch"]:
+        raise CheckpointError(f"checkpoint {path} used a global batch of {state['global_batch']} datasets,"
+                              f" this run {meta['global_batch']}: the loader position would not match")
+    return state
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag checked at step boundaries, so the run can checkpoint first."""
+
+    def __init__(self, enabled: bool):
+        self.requested, self.enabled, self.previous = None, enabled, {}
+
+    def __enter__(self):
+        if self.enabled:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def distributed_rank_world():
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, checkpoint_meta=None,
+          resume_state=None) -> TrainResult:
     """Trains `model` on batches from `loader` (an iterator of loaders.Batch).
 
     Every step is timed from the request for the batch to the end of the optimizer step, so the
     data fetch and its host-to-device copy are inside the clock. eval_fn(classifier) -> scores runs
-    every `config.eval_every` steps with the clock paused. Returns a TrainResult.
+    every `config.eval_every` steps with the clock paused, on rank 0 only. With config.ckpt set, a
+    checkpoint is written every `config.save_every` steps, at the end, and on SIGINT/SIGTERM;
+    resume_state (from load_checkpoint) continues a run exactly. Returns a TrainResult.
     """
     device = next(model.parameters()).device
+    rank, world_size = distributed_rank_world()
     optimizer = make_optimizer(model, config)
     timer = StepTimer(device, warmup_steps=config.timing_warmup)
     profiler = TrainingProfiler(device, out_dir=config.profile_dir) if config.profile else None
-    log = (lambda *a: None) if config.quiet else print
+    log = print if (rank == 0 and not config.quiet) else (lambda *a: None)
     model.train()
     set_optimizer_mode(optimizer, True)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
     losses, eval_history = [], []
-    pending = []            # (step, loss tensor) not yet read back when sync_every_step is off
+    pending = []            # loss tensors not yet read back when sync_every_step is off
+    fingerprints = []       # sums of the first batches' x: lets tests see which data each rank got
     train_seconds, step = 0.0, 0
-    it = iter(loader)
-    clock = time.perf_counter()
+    if resume_state is not None:
+        train_state = resume_state["train_state"]
+        unwrap(model).load_state_dict(train_state["model"])
+        optimizer.load_state_dict(train_state["optimizer"])
+        set_rng_state(train_state["rng"])
+        losses, train_seconds, step = list(train_state["losses"]), train_state["train_seconds"], resume_state["step"]
+        log(f"resumed from {config.ckpt} at step {step}")
 
     def read_back():
-        # One host-device sync for all pending losses (the fast path reads them every log_every steps).
+        # One host-device sync for all pending losses (the fast path reads them every log_every steps);
+        # under DDP the logged loss is the mean over ranks.
         if pending:
-            values = torch.stack([loss for _, loss in pending]).float().cpu().tolist()
-            losses.extend(values)
+            values = torch.stack(pending).float()
+            if world_size > 1:
+                dist.all_reduce(values)
+                values /= world_size
+            losses.extend(values.cpu().tolist())
             pending.clear()
 
     def run_eval():
-        model.eval()
-        set_optimizer_mode(optimizer, False)
-        scores = eval_fn(NanoTabPFNClassifier(model, device))
-        model.train()
-        set_optimizer_mode(optimizer, True)
-        return scores
+        eval_model = NanoTabPFNModel(unwrap(model).config).to(device)
+        eval_model.load_state_dict(inference_state_dict(model, optimizer))
+        return eval_fn(NanoTabPFNClassifier(eval_model, device))
 
+    def save(reason: str):
+        if config.ckpt and rank == 0:
+            save_checkpoint(config.ckpt, model, optimizer, loader, step, losses, train_seconds, checkpoint_meta)
+            log(f"checkpoint: step {step} written to {config.ckpt} ({reason})")
+
+    it = iter(loader)
+    stop = StopRequest(enabled=bool(config.ckpt))
     if profiler:
         profiler.__enter__()
+    clock = time.perf_counter()
     try:
-        while True:
-            if config.time_budget > 0:
-                if train_seconds >= config.time_budget:
-                    break
-            elif step >= config.steps:
-                break
-            timer.start_step()
-            with timer.phase("data"):
-                batch = next(it)
-            with timer.phase("forward"):
-                loss = loss_on_batch(model, batch, config.amp)
-            with timer.phase("backward"):
-                loss.backward()
-                if config.sync_every_step:
-                    losses.append(loss.item())  # upstream's per-step read: the host waits for the GPU here
-                else:
-                    pending.append((step, loss.detach()))
-            with timer.phase("optimizer"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            timer.end_step()
-            if profiler:
-                profiler.step()
-            step += 1
+        with stop:
+            while True:
+                if config.time_budget <= 0 and step >= config.steps:
+                    break  # with a time budget the run ends at a check point below instead
+                timer.start_step()
+                with timer.phase("data"):
+                    batch = next(it)
+                if len(fingerprints) < 4:
+                    fingerprints.append(batch.x.double().sum())  # kept on device: no sync on the hot path
+                with timer.phase("forward"):
+                    loss = loss_on_batch(model, batch, config.amp)
+                with timer.phase("backward"):
+                    loss.backward()
+                    if config.sync_every_step and world_size == 1:
+                        losses.append(loss.item())  # upstream's per-step read: the host waits for the GPU here
+                    else:
+                        pending.append(loss.detach())
+                with timer.phase("optimizer"):
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                timer.end_step()
+                if profiler:
+                    profiler.step()
+                step += 1
 
-            at_log = step % config.log_every == 0 or step == config.steps
-            at_eval = eval_fn is not None and config.eval_every > 0 and step % config.eval_every == 0
-            if at_log or at_eval or config.time_budget > 0:
-                if at_log or at_eval:
+                at_log = step % config.log_every == 0 or step == config.steps
+                at_eval = eval_fn is not None and config.eval_every > 0 and step % config.eval_every == 0
+                at_save = config.ckpt and config.save_every > 0 and step % config.save_every == 0
+                at_check = at_log or at_eval or at_save
+                stop_now = stop.requested is not None
+                budget_hit = (config.time_budget > 0 and at_check and
+                              train_seconds + time.perf_counter() - clock >= config.time_budget)
+                if world_size > 1:
+                    if at_check:
+                        # Every rank must stop at the same step: agree where the ranks sync anyway (MAX).
+                        flag = torch.tensor([float(stop_now), float(budget_hit)], device=device)
+                        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                        stop_now, budget_hit = bool(flag[0] > 0), bool(flag[1] > 0)
+                    else:
+                        stop_now = False
+                if at_check or stop_now:
                     read_back()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # the training clock must include queued GPU work
-                now = time.perf_counter()
-                train_seconds += now - clock
-                if at_log and losses:
-                    recent = timer.recent(config.log_every)
-                    log(f"step {step:6d} | loss {losses[-1]:.4f} | step {recent['step_ms']:.1f} ms"
-                        f" | data {recent['data_ms']:.1f} ms | {train_seconds:.1f} s")
-                if at_eval:
-                    scores = run_eval()
-                    eval_history.append({"step": step, "train_seconds": train_seconds, "scores": scores})
-                    log(f"eval   {step:6d} | roc_auc {scores['roc_auc']:.4f} | acc {scores['acc']:.4f}"
-                        f" | balanced_acc {scores['balanced_acc']:.4f}")
-                clock = time.perf_counter()  # restart after logging/eval: they are not training time
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)  # the training clock must include queued GPU work
+                    train_seconds += time.perf_counter() - clock
+                    if at_log and losses:
+                        recent = timer.recent(config.log_every)
+                        log(f"step {step:6d} | loss {losses[-1]:.4f} | step {recent['step_ms']:.1f} ms"
+                            f" | data {recent['data_ms']:.1f} ms | {train_seconds:.1f} s")
+                    if at_eval and rank == 0:
+                        scores = run_eval()
+                        eval_history.append({"step": step, "train_seconds": train_seconds, "scores": scores})
+                        log(f"eval   {step:6d} | roc_auc {scores['roc_auc']:.4f} | acc {scores['acc']:.4f}"
+                            f" | balanced_acc {scores['balanced_acc']:.4f}")
+                    if at_save:
+                        save("every %d steps" % config.save_every)
+                    if budget_hit and not stop_now:
+                        log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
+                        break
+                    if stop_now:
+                        save(f"{stop.requested or 'stop'} received")
+                        log(f"stopping at step {step} on {stop.requested or 'a stop request on another rank'}")
+                        break
+                    clock = time.perf_counter()  # restart after logging/eval: they are not training time
+        if config.ckpt and stop.requested is None and (config.save_every == 0 or step % config.save_every):
+            read_back()
+            save("end of run")
     except KeyboardInterrupt:
         log(f"interrupted at step {step}; evaluating what was trained")
     finally:
@@ -205,12 +387,15 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None) -> 
     summary = timer.summary()
     result = TrainResult(model=model, losses=losses, timing=summary, eval_history=eval_history,
                          steps_done=step, train_seconds=train_seconds, diagnosis=diagnose(summary))
+    result.stopped_by = stop.requested
+    result.batch_fingerprints = [float(f) for f in fingerprints]
     if profiler:
         result.profile_tables = profiler.tables_markdown()
     if device.type == "cuda":
         result.peak_memory_bytes = torch.cuda.max_memory_allocated(device)
-    model.eval()
-    set_optimizer_mode(optimizer, False)  # leave the schedule-free averaged weights in the model
+    # Training is over: leave the inference weights (schedule-free's x) in the model.
+    unwrap(model).load_state_dict(inference_state_dict(model, optimizer))
+    unwrap(model).eval()
     return result
 
 
@@ -299,6 +484,8 @@ def add_common_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--eval-every", type=int, default=d.eval_every,
                         help="evaluate on the sklearn suite every N steps (0: only at the end)")
     parser.add_argument("--log-every", type=int, default=d.log_every, help="one log line every N steps")
+    parser.add_argument("--timing-warmup", type=int, default=d.timing_warmup,
+                        help="first N steps excluded from the timing statistics (reported apart)")
     parser.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
                         help="schedule-free AdamW (upstream) or torch AdamW")
     parser.add_argument("--profile", action="store_true",
@@ -306,6 +493,10 @@ def add_common_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--profile-dir", default=d.profile_dir, help="where the profiler trace goes")
     parser.add_argument("--no-eval", action="store_true", help="skip the final sklearn evaluation")
     parser.add_argument("--record", default=None, help="write the run record (JSON) to this path")
+    parser.add_argument("--ckpt", default=None, help="checkpoint file (written atomically)")
+    parser.add_argument("--save-every", type=int, default=0,
+                        help="checkpoint every N steps (and always at the end and on SIGINT/SIGTERM)")
+    parser.add_argument("--resume", action="store_true", help="continue the run stored in --ckpt exactly")
     return parser
 
 
@@ -322,10 +513,14 @@ def final_report(result: TrainResult, scores=None, reference=None) -> list:
     timing = result.timing
     step, data = timing["step"], timing["phases"]["data"]
     peak = f"{result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else "n/a (CPU)"
-    lines.append(f"done: {result.steps_done} steps in {result.train_seconds:.1f} s | "
-                 f"{step['median']:.2f} ms/step (p10 {step['p10']:.2f}, p90 {step['p90']:.2f}) | "
-                 f"data wait {data['median']:.2f} ms/step ({100 * timing['data_share']:.1f}%) | "
-                 f"peak GPU memory {peak} | final loss {result.losses[-1]:.4f}")
+    if step["median"] is None:  # stopped before the timing warm-up was over
+        speed = f"no timed steps (all {result.steps_done} within the warm-up)"
+    else:
+        speed = (f"{step['median']:.2f} ms/step (p10 {step['p10']:.2f}, p90 {step['p90']:.2f}) | "
+                 f"data wait {data['median']:.2f} ms/step ({100 * timing['data_share']:.1f}%)")
+    final_loss = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
+    lines.append(f"done: {result.steps_done} steps in {result.train_seconds:.1f} s | {speed} | "
+                 f"peak GPU memory {peak} | final loss {final_loss}")
     lines.append(f"diagnosis: {result.diagnosis}")
     if scores is not None:
         lines.append(format_scores("nanoTabPFN", scores))
@@ -334,50 +529,121 @@ def final_report(result: TrainResult, scores=None, reference=None) -> list:
     return lines
 
 
-def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None, describe=None):
+def dump_identity(info) -> dict:
+    """What a checkpoint must match to resume on a dump: shapes and a hash of the per-dataset metadata."""
+    import hashlib
+    h = hashlib.sha256()
+    for a in (info.num_features, info.num_datapoints, info.splits):
+        h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
+            "metadata_sha256": h.hexdigest()[:16]}
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes: equal digests mean bit-identical weights (DDP ranks, resume)."""
+    import hashlib
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def init_distributed(requested_device: str):
+    """Starts torch.distributed when launched by torchrun (WORLD_SIZE > 1): NCCL on GPUs, gloo on CPU.
+
+    Returns (rank, world_size, device). Each process drives the GPU of its LOCAL_RANK.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return 0, 1, resolve_device(requested_device)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and requested_device != "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off: required on shared hosts
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None, describe=None,
+        prepare_model=None):
     """Everything after argument parsing, shared by train.py and train_optimized.py.
 
-    describe(device, info, model, loader) -> list of lines printed before training (the
-    optimizations block of train_optimized.py) and a dict merged into the run record.
+    describe(device, info, model, loader) -> (lines printed before training, dict for the record).
+    prepare_model(model, device) -> model wraps the model (e.g. torch.compile) after DDP.
     Returns the process exit code.
     """
+    rank, world_size = 0, 1
     try:
-        device = resolve_device(args.device)
+        rank, world_size, device = init_distributed(args.device)
+        if rank != 0:
+            sys.stdout = open(os.devnull, "w")  # only rank 0 prints; errors still reach stderr
         data = resolve_data(args.data)
         info = open_dump(data)
-        if args.batch_size > info.num_datasets:
-            raise DumpError(f"--batch-size {args.batch_size} is larger than the dump "
+        if args.batch_size * world_size > info.num_datasets:
+            raise DumpError(f"--batch-size {args.batch_size} x {world_size} rank(s) is larger than the dump "
                             f"({info.num_datasets} datasets)")
         config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                              device=str(device), optimizer=args.optimizer, eval_every=args.eval_every,
                              log_every=args.log_every, profile=args.profile, profile_dir=args.profile_dir,
+                             timing_warmup=args.timing_warmup, ckpt=args.ckpt or "", save_every=args.save_every,
                              **(config_overrides or {}))
         set_seed(args.seed)
         model_config = ModelConfig(num_outputs=max(2, info.max_num_classes), **(model_overrides or {}))
+        checkpoint_meta = {"model_config": asdict(model_config), "data": dump_identity(info),
+                           "global_batch": args.batch_size * world_size}
+        resume_state = None
+        if args.resume:
+            if not args.ckpt:
+                raise CheckpointError("--resume needs --ckpt PATH")
+            resume_state = load_checkpoint(args.ckpt, checkpoint_meta)
+        elif args.ckpt and os.path.exists(args.ckpt):
+            raise CheckpointError(f"--ckpt {args.ckpt} exists; pass --resume to continue it or choose another path")
         model = NanoTabPFNModel(model_config).to(device)
-        loader = make_loader(info, args.batch_size, device, **(loader_kwargs or {"kind": "h5"}))
-    except (DumpError, ValueError, OSError) as e:
+        consumed = resume_state["train_state"]["loader"]["consumed"] if resume_state else 0
+        loader = make_loader(info, args.batch_size, device, rank=rank, world_size=world_size, consumed=consumed,
+                             **(loader_kwargs or {"kind": "h5"}))
+    except (DumpError, CheckpointError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        if world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
         return 2
     print(f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"
-          f" | device {device}")
+          f" | device {device}" + (f" | {world_size} ranks x batch {args.batch_size}" if world_size > 1 else ""))
     extra = {}
     if describe is not None:
         lines, extra = describe(device, info, model, loader)
         for line in lines:
             print(line)
-    splits = None if args.no_eval else eval_splits()
-    result = train(model, loader, config, eval_fn=(lambda c: evaluate(c, splits)) if splits else None)
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        # Gradients are averaged over ranks inside backward; every rank then takes the same step.
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if prepare_model is not None:
+        model = prepare_model(model, device)
+    splits = None if (args.no_eval or rank != 0) else eval_splits()
+    result = train(model, loader, config, eval_fn=(lambda c: evaluate(c, splits)) if splits else None,
+                   checkpoint_meta=checkpoint_meta, resume_state=resume_state)
+    per_rank = [{"rank": rank, "step_ms_median": result.timing["step"]["median"],
+                 "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(unwrap(model)),
+                 "data_share": result.timing["data_share"], "peak_memory_bytes": result.peak_memory_bytes}]
+    if world_size > 1:
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, per_rank[0])
+        per_rank = gathered
     if result.profile_tables:
         print(result.profile_tables)
     scores = reference = None
     if splits:
-        scores = evaluate(NanoTabPFNClassifier(model, device), splits)
+        scores = evaluate(NanoTabPFNClassifier(unwrap(model), device), splits)
         reference = evaluate(RandomForestReference(), splits)
     for line in final_report(result, scores, reference):
         print(line)
-    if args.record:
+    if args.record and rank == 0:
         from profile_utils import environment_record, make_run_record, write_json_atomic
+        step_ms = result.timing["step"]["median"] or 0
         record = make_run_record(
             config={"train": asdict(config), "model": asdict(model_config), "data": info.path,
                     "num_datasets": info.num_datasets, "rows": info.rows, "features": info.features},
@@ -387,9 +653,15 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
                    "eval": scores, "random_forest": reference, "eval_history": result.eval_history,
                    "steps_done": result.steps_done, "train_seconds": result.train_seconds,
                    "peak_memory_bytes": result.peak_memory_bytes, "diagnosis": result.diagnosis,
+                   "profile_tables": result.profile_tables, "world_size": world_size, "per_rank": per_rank,
+                   "global_batch": args.batch_size * world_size,
+                   "datasets_per_second": (args.batch_size * world_size * 1000.0 / step_ms) if step_ms else None,
                    **extra})
         write_json_atomic(args.record, record)
-    return 0
+    if world_size > 1:
+        dist.destroy_process_group()
+    # A run ended by a signal exits 128+signum after checkpointing, as the shell convention expects.
+    return {"SIGINT": 130, "SIGTERM": 143}.get(result.stopped_by, 0)
 
 
 def main(argv=None):
