@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from loaders import DumpError, make_loader, open_dump
-from model import ModelConfig, NanoTabPFNClassifier, NanoTabPFNModel
+from model import ModelConfig, NanoTabPFNClassifier, NanoTabPFNModel, padded_test_row_mask
 from profile_utils import StepTimer, TrainingProfiler, diagnose
 
 
@@ -45,6 +45,11 @@ class TrainConfig:
     profile: bool = False
     profile_dir: str = "runs/profile"
     quiet: bool = False
+    fused_optimizer: bool = False     # schedule-free AdamW as device-scalar foreach kernels (graph-safe)
+    compile: bool = False             # torch.compile the model (dynamic shapes: split and widths vary)
+    cuda_graphs: bool = False         # capture forward+backward+optimizer in one CUDA graph (static shapes)
+    pad_rows: int = 0                 # static shape for --cuda-graphs: the dump's stored rows ...
+    pad_features: int = 0             # ... and features
     ckpt: str = ""                    # checkpoint path ('' = none)
     save_every: int = 0               # checkpoint every N steps (0: only at the end / on a signal)
 
@@ -80,6 +85,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def make_optimizer(model: torch.nn.Module, config: TrainConfig):
+    if config.optimizer == "schedulefree" and config.fused_optimizer:
+        return FusedScheduleFreeAdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     if config.optimizer == "schedulefree":
         import schedulefree  # lazily: only the schedule-free path needs it
         return schedulefree.AdamWScheduleFree(model.parameters(), lr=config.lr, weight_decay=0.0)
@@ -87,6 +94,74 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig):
         fused = next(model.parameters()).is_cuda  # one kernel for the whole update on CUDA
         return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, fused=fused)
     raise ValueError(f"unknown optimizer {config.optimizer!r} (choose schedulefree or adamw)")
+
+
+class FusedScheduleFreeAdamW(torch.optim.Optimizer):
+    """Schedule-free AdamW with every per-step scalar in a device tensor: no host arithmetic per step.
+
+    Same math as schedulefree.AdamWScheduleFree(lr, weight_decay) with its defaults (no warm-up,
+    r=0, weight_lr_power=2), for which the averaging weight ckp1 = weight/weight_sum is 1/(k+1).
+    The package computes ckp1 and the bias correction as Python floats each step, which a CUDA graph
+    would freeze at their capture-time values; here they are computed on the device from a step
+    tensor, so the whole update can be captured and replayed (--cuda-graphs), and it runs as a few
+    multi-tensor (foreach) kernels. tests/test_train.py checks it against the package.
+    """
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, train_mode=True))
+        for group in self.param_groups:  # state allocated up front: graph capture needs it to exist
+            for p in group["params"]:
+                self.state[p].update(z=p.detach().clone(), exp_avg_sq=torch.zeros_like(p),
+                                     step=torch.zeros((), dtype=torch.float32, device=p.device))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            if not group["train_mode"]:
+                raise RuntimeError("optimizer.step() in eval mode: call optimizer.train() first")
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            states = [self.state[p] for p in params]
+            ys, grads = params, [p.grad for p in params]
+            zs, sqs = [s["z"] for s in states], [s["exp_avg_sq"] for s in states]
+            torch._foreach_add_([s["step"] for s in states], 1.0)
+            k = states[0]["step"]                                   # (), k+1 in the package's notation
+            ckp1 = 1.0 / k                                          # weight / weight_sum
+            bias_correction2 = 1.0 - torch.pow(beta2, k)
+            torch._foreach_mul_(sqs, beta2)
+            torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)
+            denom = torch._foreach_mul(sqs, 1.0 / bias_correction2)
+            torch._foreach_sqrt_(denom)
+            torch._foreach_add_(denom, eps)
+            normed = torch._foreach_div(grads, denom)
+            if group["weight_decay"]:
+                torch._foreach_add_(normed, ys, alpha=group["weight_decay"])
+            # y <- y + ckp1 * (z - y) + lr * (beta1 * (1 - ckp1) - 1) * g   (the package's lerp + add)
+            towards_z = torch._foreach_sub(zs, ys)
+            torch._foreach_mul_(towards_z, ckp1)
+            torch._foreach_add_(ys, towards_z)
+            step_y = torch._foreach_mul(normed, lr * (beta1 * (1.0 - ckp1) - 1.0))
+            torch._foreach_add_(ys, step_y)
+            torch._foreach_add_(zs, normed, alpha=-lr)            # z <- z - lr * g
+        return None
+
+    @torch.no_grad()
+    def _swap(self, to_train: bool):
+        for group in self.param_groups:
+            if group["train_mode"] != to_train:
+                beta1 = group["betas"][0]
+                weight = (1 - beta1) if to_train else (1 - 1 / beta1)
+                for p in group["params"]:
+                    p.lerp_(self.state[p]["z"], weight)
+                group["train_mode"] = to_train
+
+    def train(self):
+        self._swap(True)
+
+    def eval(self):
+        self._swap(False)
 
 
 def set_optimizer_mode(optimizer, training: bool):
@@ -134,6 +209,84 @@ def loss_on_batch(model, batch, amp: str):
         logits = model((batch.x, batch.y[:, :split]), train_test_split_index=split)  # (B, R-S, O)
     targets = batch.y[:, split:].reshape(-1).long()                                   # (B*(R-S),)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
+
+
+class GraphedTrainStep:
+    """The whole training step (static-shape forward, masked loss, backward, clipping, optimizer)
+    captured once as a CUDA graph and replayed: one launch instead of hundreds per step.
+
+    A graph needs fixed shapes and addresses, but the split and the batch's rows/features vary, so
+    each batch is copied into zero-padded static buffers (B, R_max, F_max) and the model's
+    forward_padded masks the padding; the split and sizes are device tensors, so a new value is a
+    new buffer content, not a new graph. The loss is the baseline's mean over the real test cells
+    [split, num_rows) of every dataset (tests check it equals the sliced step). The first steps run
+    eagerly on a side stream (CUDA graphs require warm-up there), then one capture and replays.
+    Without CUDA the same padded step runs eagerly, so CPU tests cover its arithmetic.
+    """
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, model, optimizer, config: "TrainConfig", batch_size: int, rows: int, features: int,
+                 device: torch.device):
+        self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
+        self.x = torch.zeros(batch_size, rows, features, device=device)      # (B, R_max, F_max)
+        self.y = torch.zeros(batch_size, rows, device=device)                # (B, R_max)
+        self.split, self.num_rows, self.num_features = (torch.ones((), dtype=torch.long, device=device)
+                                                        for _ in range(3))
+        self.use_graph = device.type == "cuda"
+        self.graph, self.static_loss, self.eager_steps = None, None, 0
+        forward = unwrap(model).forward_padded
+        self.forward = torch.compile(forward, dynamic=False) if config.compile else forward
+
+    def load(self, batch):
+        """Copies a batch into the static buffers (device-to-device; zeros first, as padding)."""
+        b, r, f = batch.x.shape
+        self.x.zero_()
+        self.x[:, :r, :f].copy_(batch.x)
+        self.y.zero_()
+        self.y[:, :r].copy_(batch.y)
+        self.split.fill_(batch.split)
+        self.num_rows.fill_(r)
+        self.num_features.fill_(f)
+
+    def _body(self):
+        # cache_enabled=False: autocast's weight-cast cache would hold tensors from outside the graph.
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=(self.config.amp == "bf16"),
+                            cache_enabled=False):
+            logits = self.forward(self.x, self.y, self.split, self.num_rows, self.num_features)  # (B, R, O)
+        batch_size, rows, outputs = logits.shape
+        test = padded_test_row_mask(rows, self.split, self.num_rows).to(torch.float32)      # (R,)
+        cells = F.cross_entropy(logits.float().reshape(-1, outputs), self.y.long().reshape(-1),
+                                reduction="none").view(batch_size, rows)                     # (B, R)
+        loss = (cells * test).sum() / (test.sum() * batch_size)   # mean over real test cells, as sliced
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        return loss.detach()
+
+    def run(self) -> torch.Tensor:
+        """One training step on the loaded batch; returns its loss (a device tensor)."""
+        if not self.use_graph:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._body()
+        if self.eager_steps < self.WARMUP_STEPS:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))  # the buffers were filled on the main stream
+            with torch.cuda.stream(side):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self._body()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.eager_steps += 1
+            return loss
+        if self.graph is None:
+            # Grads set to None before capture: backward then writes (not accumulates) them from the
+            # graph's own pool, so a replay needs no zero_grad.
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_loss = self._body()
+        self.graph.replay()
+        return self.static_loss.clone()  # the next replay overwrites static_loss
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +410,12 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
     device = next(model.parameters()).device
     rank, world_size = distributed_rank_world()
     optimizer = make_optimizer(model, config)
-    timer = StepTimer(device, warmup_steps=config.timing_warmup)
+    graphed = None
+    if config.cuda_graphs:
+        graphed = GraphedTrainStep(model, optimizer, config, config.batch_size, config.pad_rows,
+                                   config.pad_features, device)
+    phases = ("data", "step") if graphed else ("data", "forward", "backward", "optimizer")
+    timer = StepTimer(device, warmup_steps=config.timing_warmup, phases=phases)
     profiler = TrainingProfiler(device, out_dir=config.profile_dir) if config.profile else None
     log = print if (rank == 0 and not config.quiet) else (lambda *a: None)
     model.train()
@@ -311,20 +469,30 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(it)
+                    if graphed is not None:
+                        graphed.load(batch)  # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
                     fingerprints.append(batch.x.double().sum())  # kept on device: no sync on the hot path
-                with timer.phase("forward"):
-                    loss = loss_on_batch(model, batch, config.amp)
-                with timer.phase("backward"):
-                    loss.backward()
-                    if config.sync_every_step and world_size == 1:
-                        losses.append(loss.item())  # upstream's per-step read: the host waits for the GPU here
-                    else:
-                        pending.append(loss.detach())
-                with timer.phase("optimizer"):
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                if graphed is not None:
+                    with timer.phase("step"):
+                        loss = graphed.run()
+                        if config.sync_every_step and world_size == 1:
+                            losses.append(loss.item())
+                        else:
+                            pending.append(loss)
+                else:
+                    with timer.phase("forward"):
+                        loss = loss_on_batch(model, batch, config.amp)
+                    with timer.phase("backward"):
+                        loss.backward()
+                        if config.sync_every_step and world_size == 1:
+                            losses.append(loss.item())  # upstream's per-step read: the host waits for the GPU
+                        else:
+                            pending.append(loss.detach())
+                    with timer.phase("optimizer"):
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
                 timer.end_step()
                 if profiler:
                     profiler.step()
@@ -589,6 +757,7 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
                              device=str(device), optimizer=args.optimizer, eval_every=args.eval_every,
                              log_every=args.log_every, profile=args.profile, profile_dir=args.profile_dir,
                              timing_warmup=args.timing_warmup, ckpt=args.ckpt or "", save_every=args.save_every,
+                             pad_rows=int(info.num_datapoints.max()), pad_features=int(info.num_features.max()),
                              **(config_overrides or {}))
         set_seed(args.seed)
         model_config = ModelConfig(num_outputs=max(2, info.max_num_classes), **(model_overrides or {}))

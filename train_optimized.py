@@ -7,6 +7,7 @@ At start one block lists each requested optimization as active, or inactive and 
 ends with one line of ms/step, data wait, peak memory, final loss and eval scores.
 """
 import argparse
+import os
 import sys
 
 import torch
@@ -60,18 +61,53 @@ def build_parser():
     g.add_argument("--no-convert", action="store_true",
                    help="with --gds-bin: fail instead of (re)converting a missing or stale .bin")
     g.add_argument("--kvikio-threads", type=int, default=8, help="kvikio reader threads for --gds-bin")
+    g.add_argument("--kvikio-target", choices=["device", "host"], default="device",
+                   help="--gds-bin without GDS: kvikio reads into CUDA buffers (the blog's design) or into "
+                        "pinned host buffers copied on a side stream (measured faster; see README)")
     g.add_argument("--resident", action="store_true",
                    help="load the whole dump into GPU memory once if it fits; zero copies per step")
-    m = parser.add_argument_group("model and step")
+    m = parser.add_argument_group("model and step (beyond the blog)")
     m.add_argument("--flash", action="store_true",
                    help="attention through F.scaled_dot_product_attention (one call for train+test rows)")
+    m.add_argument("--amp", choices=["off", "bf16"], default="off",
+                   help="bf16 autocast for the forward (fp32 master weights, loss in fp32); flash needs it")
+    m.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (dynamic shapes for the varying split and widths)")
+    m.add_argument("--cuda-graphs", action="store_true",
+                   help="capture forward+backward+optimizer as one CUDA graph over zero-padded static shapes")
+    m.add_argument("--fused-optimizer", action="store_true",
+                   help="schedule-free AdamW as a few foreach kernels with device-side scalars (graph-safe)")
+    m.add_argument("--async-loss", action="store_true",
+                   help="read the loss back every --log-every steps instead of every step (no sync per step)")
+    m.add_argument("--checkpoint", action="store_true",
+                   help="gradient checkpointing per layer (less memory for long tables, ~1/3 more compute)")
+    m.add_argument("--feature-attention", choices=["sdpa", "matmul"], default="sdpa",
+                   help="with --flash: attention between features as SDPA or an explicit small-matrix form")
+    m.add_argument("--padded-attention", choices=["sdpa", "flex"], default="sdpa",
+                   help="with --cuda-graphs: masked datapoint attention as SDPA+mask or flex_attention")
+    m.add_argument("--time-budget", type=float, default=0.0,
+                   help="train for this many seconds (clock paused during eval) instead of --steps")
+    m.add_argument("--fast", action="store_true", help="the best-known combination (README says which flags)")
     return parser
+
+
+def apply_fast(args):
+    """--fast: the combination measured fastest (results/ and README), set on args."""
+    for flag in FAST_FLAGS:
+        setattr(args, flag, True)
+    args.amp = "bf16"
+    return args
+
+
+# Measured on an H100/H200 by benchmark.py (results/): see README "Speed".
+FAST_FLAGS = ("flash", "resident", "compile", "fused_optimizer", "async_loss")
 
 
 def loader_kwargs_from(args) -> dict:
     kind = "resident" if args.resident else "bin" if args.gds_bin else "h5"
     return dict(kind=kind, pinned=args.pinned, streams=args.streams, prefetch=args.prefetch,
-                require_gds=args.require_gds, no_convert=args.no_convert, kvikio_threads=args.kvikio_threads)
+                require_gds=args.require_gds, no_convert=args.no_convert, kvikio_threads=args.kvikio_threads,
+                kvikio_target=args.kvikio_target)
 
 
 def describe_run(args):
@@ -91,9 +127,32 @@ def describe_run(args):
             cfg = model.config
             head_dim = cfg.embedding_size // cfg.num_attention_heads
             split = int(info.splits[0])
-            backend = sdpa_backend(device, torch.float32, cfg.num_attention_heads, head_dim,
+            dtype = torch.bfloat16 if args.amp == "bf16" else torch.float32
+            backend = sdpa_backend(device, dtype, cfg.num_attention_heads, head_dim,
                                    int(info.num_datapoints.max()), split)
             lines.append(f"  {'--flash':<22s} active: SDPA path, one datapoint-attention call; kernel: {backend}")
+        cuda = device.type == "cuda"
+        ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        for flag, on, state in (
+                ("--amp bf16", args.amp == "bf16", "active: bf16 autocast, fp32 weights and loss"
+                 + ("" if cuda else " (CPU autocast: slow, for checking only)")),
+                ("--compile", args.compile, "active: torch.compile" + (" of forward_padded (static shapes)"
+                                                                      if args.cuda_graphs else
+                                                                      " (dynamic split/rows/features)")),
+                ("--cuda-graphs", args.cuda_graphs,
+                 "active: one CUDA graph per step over zero-padded (B, R_max, F_max) buffers" if cuda else
+                 "inactive: no CUDA here; the same static-shape padded step runs eagerly (no graph)"),
+                ("--fused-optimizer", args.fused_optimizer,
+                 "active: schedule-free AdamW in foreach kernels with device-side scalars"
+                 if args.optimizer == "schedulefree" else "inactive: torch AdamW is already fused on CUDA"),
+                ("--async-loss", args.async_loss or ddp or args.cuda_graphs,
+                 f"active: loss read back every {args.log_every} steps, no host sync per step"),
+                ("--checkpoint", args.checkpoint, "active: each layer recomputed in backward"),
+                ("--feature-attention", args.feature_attention != "sdpa", f"active: {args.feature_attention}"),
+                ("--padded-attention", args.padded_attention != "sdpa", f"active: {args.padded_attention}"),
+                ("--time-budget", args.time_budget > 0, f"active: {args.time_budget:.0f} s of training")):
+            if on:
+                lines.append(f"  {flag:<22s} {state}")
         if len(lines) == 1:
             lines.append("  none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)")
         return lines, {"sdpa_backend": backend, "data_path": desc["path"]}
@@ -109,9 +168,31 @@ def main(argv=None):
     if args.prefetch < 1:
         print("error: --prefetch must be at least 1", file=sys.stderr)
         return 2
-    model_overrides = {"attention": "flash" if args.flash else "torch"}
-    return run(args, model_overrides=model_overrides, loader_kwargs=loader_kwargs_from(args),
-               describe=describe_run(args))
+    if args.fast:
+        apply_fast(args)
+    if (args.feature_attention != "sdpa" or args.padded_attention != "sdpa") and not args.flash:
+        print("error: --feature-attention/--padded-attention choose among --flash implementations; add --flash",
+              file=sys.stderr)
+        return 2
+    if args.cuda_graphs and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        print("error: --cuda-graphs is not supported under torchrun (DDP's gradient hooks run outside "
+              "the graph); drop it for multi-GPU runs", file=sys.stderr)
+        return 2
+    if args.cuda_graphs and args.checkpoint:
+        print("error: --checkpoint recomputes inside backward, which --cuda-graphs cannot capture", file=sys.stderr)
+        return 2
+    model_overrides = {"attention": "flash" if args.flash else "torch", "checkpoint": args.checkpoint,
+                       "feature_attention": args.feature_attention, "padded_attention": args.padded_attention}
+    config_overrides = {"amp": args.amp, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
+                        "fused_optimizer": args.fused_optimizer, "time_budget": args.time_budget,
+                        "sync_every_step": not args.async_loss}
+
+    def prepare_model(model, device):
+        # Under --cuda-graphs the graphed step compiles forward_padded itself (static shapes).
+        return torch.compile(model) if args.compile and not args.cuda_graphs else model
+
+    return run(args, model_overrides=model_overrides, config_overrides=config_overrides,
+               loader_kwargs=loader_kwargs_from(args), describe=describe_run(args), prepare_model=prepare_model)
 
 
 if __name__ == "__main__":

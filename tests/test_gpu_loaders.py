@@ -92,9 +92,10 @@ def test_bin_loader_matches_baseline_and_names_its_path(dump, prefetch, capsys):
             print(f"\nNOTE: kvikio not importable here; the bin loader ran {desc['path']}")
         assert desc["path"] == "memmap+pinned"
     else:
-        # outside GDS the loader reads into pinned host slots, always kvikio's POSIX reads
-        assert desc["path"] in ("gds", "kvikio-posix")
-        assert (desc["path"] == "gds") == (loaders._bin_read_target(desc["path"]) == "device")
+        # outside GDS kvikio runs its compat (POSIX) path, into CUDA slots by default
+        assert desc["path"] in ("gds", "kvikio-posix", "cufile-compat")
+        assert loaders._bin_read_target(desc["path"]) == "device"
+        assert loaders._bin_read_target(desc["path"], "host") == ("device" if desc["path"] == "gds" else "host")
         with capsys.disabled():
             print(f"\nbin loader path: {desc['path']} | notes: {desc['notes']}")
     if desc["path"] != "gds":
@@ -158,17 +159,18 @@ def test_pinned_buffers_are_pinned_and_allocated_once(dump, kw, monkeypatch):
     assert calls == [], f"pinned memory allocated per batch: {calls}"
 
 
-@pytest.fixture(params=["kvikio", "memmap", "device-slots"])
+@pytest.fixture(params=["kvikio", "memmap", "host-slots"])
 def bin_variant(request, monkeypatch):
-    """The bin loader's three GPU implementations: kvikio into pinned host slots (or GDS), memmap
-    (kvikio hidden), and kvikio into CUDA slot buffers (the GDS code path, forced)."""
+    """The bin loader's three GPU implementations: kvikio into CUDA slot buffers (default; GDS or
+    compat), memmap (kvikio hidden), and kvikio into pinned host slots (--kvikio-target host)."""
     kvikio = _kvikio_or_none()
     if request.param != "memmap" and kvikio is None:
         pytest.skip("kvikio not importable")
     if request.param == "memmap":
         monkeypatch.setattr(loaders, "_import_kvikio", lambda: (None, "kvikio hidden by the test"))
-    if request.param == "device-slots":
-        monkeypatch.setattr(loaders, "_bin_read_target", lambda io_path: "device")
+    if request.param == "host-slots":
+        monkeypatch.setattr(loaders, "_bin_read_target",
+                            lambda io_path, requested="device": "device" if io_path == "gds" else "host")
     return request.param
 
 
