@@ -519,6 +519,11 @@ class StepTimer:
         """Number of resolved steps after the warm-up."""
         return len(self._step_ms)
 
+    def step_times_ms(self):
+        """Every measured (post-warm-up) step time in ms, in order (resolves pending CUDA events)."""
+        self.flush()
+        return list(self._step_ms)
+
     def last_step_ms(self):
         """The latest resolved measured step time in ms (None before any); no sync."""
         return self._step_ms[-1] if len(self._step_ms) else None

@@ -67,6 +67,7 @@ class TrainResult:
     peak_memory_bytes: int = 0
     stopped_by: object = None         # signal name when SIGINT/SIGTERM ended the run
     batch_fingerprints: list = field(default_factory=list)
+    step_times_ms: list = field(default_factory=list)   # every timed step, for pooled percentiles
 
 
 def set_seed(seed: int):
@@ -553,10 +554,12 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
     train_seconds += time.perf_counter() - clock
 
     summary = timer.summary()
+    step_times = timer.step_times_ms()
     result = TrainResult(model=model, losses=losses, timing=summary, eval_history=eval_history,
                          steps_done=step, train_seconds=train_seconds, diagnosis=diagnose(summary))
     result.stopped_by = stop.requested
     result.batch_fingerprints = [float(f) for f in fingerprints]
+    result.step_times_ms = step_times
     if profiler:
         result.profile_tables = profiler.tables_markdown()
     if device.type == "cuda":
@@ -823,6 +826,7 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
                    "steps_done": result.steps_done, "train_seconds": result.train_seconds,
                    "peak_memory_bytes": result.peak_memory_bytes, "diagnosis": result.diagnosis,
                    "profile_tables": result.profile_tables, "world_size": world_size, "per_rank": per_rank,
+                   "step_times_ms": result.step_times_ms,
                    "global_batch": args.batch_size * world_size,
                    "datasets_per_second": (args.batch_size * world_size * 1000.0 / step_ms) if step_ms else None,
                    **extra})

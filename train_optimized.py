@@ -91,16 +91,24 @@ def build_parser():
     return parser
 
 
-def apply_fast(args):
-    """--fast: the combination measured fastest (results/ and README), set on args."""
+def apply_fast(args, max_rows: int):
+    """--fast: the combination measured fastest (results/ and README), set on args.
+
+    CUDA graphs need static shapes, i.e. tables zero-padded to the dump's longest and masked
+    attention; that wins where the step is launch-bound (short tables) and loses where attention
+    dominates (long tables, where slicing lets flash skip padded keys), so it is chosen by length.
+    """
     for flag in FAST_FLAGS:
         setattr(args, flag, True)
     args.amp = "bf16"
+    args.feature_attention = "matmul"
+    args.cuda_graphs = max_rows <= FAST_GRAPHS_MAX_ROWS
     return args
 
 
 # Measured on an H100/H200 by benchmark.py (results/): see README "Speed".
 FAST_FLAGS = ("flash", "resident", "compile", "fused_optimizer", "async_loss")
+FAST_GRAPHS_MAX_ROWS = 1024
 
 
 def loader_kwargs_from(args) -> dict:
@@ -169,7 +177,13 @@ def main(argv=None):
         print("error: --prefetch must be at least 1", file=sys.stderr)
         return 2
     if args.fast:
-        apply_fast(args)
+        from loaders import DumpError, open_dump
+        from train import resolve_data
+        try:
+            apply_fast(args, int(open_dump(resolve_data(args.data), scan_values=False).num_datapoints.max()))
+        except (DumpError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if (args.feature_attention != "sdpa" or args.padded_attention != "sdpa") and not args.flash:
         print("error: --feature-attention/--padded-attention choose among --flash implementations; add --flash",
               file=sys.stderr)

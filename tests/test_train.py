@@ -214,3 +214,45 @@ def test_ddp_gloo_two_ranks_disjoint_data_identical_parameters(dump, tmp_path):
             assert value == pytest.approx(want, rel=1e-9), (rank, k)
     assert r0["batch_fingerprints"] != r1["batch_fingerprints"]
     assert p.stdout.count("done:") == 1  # only rank 0 prints
+
+
+def test_fused_schedule_free_matches_the_package():
+    import schedulefree
+    from train import FusedScheduleFreeAdamW
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
+    ours = __import__("copy").deepcopy(ref)
+    opt_ref = schedulefree.AdamWScheduleFree(ref.parameters(), lr=4e-3, weight_decay=0.0)
+    opt_ours = FusedScheduleFreeAdamW(ours.parameters(), lr=4e-3)
+    opt_ref.train(), opt_ours.train()
+    for step in range(25):
+        x = torch.randn(16, 7)
+        for model, opt in ((ref, opt_ref), (ours, opt_ours)):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    for a, b in zip(ref.parameters(), ours.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    opt_ref.eval(), opt_ours.eval()  # the averaged (inference) weights agree too
+    for a, b in zip(ref.parameters(), ours.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("flags", [["--cuda-graphs"], ["--cuda-graphs", "--fused-optimizer", "--async-loss"]])
+def test_static_padded_step_matches_the_sliced_step(flags, dump, tmp_path):
+    """The --cuda-graphs step (zero-padded buffers, masked attention and loss) computes the same losses
+    as the sliced step; on CPU it runs eagerly, on CUDA tests/test_gpu_train.py covers the graph."""
+    common = ["--data", dump, "--steps", "8", "--batch-size", "4", "--seed", "2", "--flash", *FAST]
+    _, base = run_main("train_optimized", [*common, "--record", str(tmp_path / "a.json")])
+    code, rec = run_main("train_optimized", [*common, *flags, "--record", str(tmp_path / "b.json")])
+    assert code == 0
+    assert rec["losses"] == pytest.approx(base["losses"], rel=1e-4, abs=1e-5)
+    assert base["losses"][0] != pytest.approx(base["losses"][-1], abs=1e-3)  # training moved: not vacuous
+
+
+def test_time_budget_stops_the_run(dump, tmp_path):
+    code, rec = run_main("train_optimized", ["--data", dump, "--batch-size", "4", "--time-budget", "2",
+                                             "--log-every", "1", "--no-eval", "--timing-warmup", "0",
+                                             "--record", str(tmp_path / "t.json")])
+    assert code == 0
+    assert 2.0 <= rec["train_seconds"] < 30 and rec["steps_done"] >= 1

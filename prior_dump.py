@@ -1,0 +1,623 @@
+"""Synthetic classification prior for nanoTabPFN, written in nanoTabPFN's HDF5 dump format.
+
+    python prior_dump.py --preset nano --num-datasets 20000 --out data/nano_20k.h5
+    python prior_dump.py --preset blog                 # 30k x 5000 rows x 5 features, on CUDA if present
+    python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
+
+The published 300k_150x5_2.h5 cannot be downloaded everywhere and a dump of random labels teaches
+nothing, so datasets are drawn from a structural-causal-model (SCM) prior in the spirit of TabPFN/TabICL:
+  * MLP SCM (70% of datasets): root causes pass through 2-6 sparse random layers (width 5-130; per
+    dataset and layer an activation among tanh/relu/sin/abs/square/step, blended with the identity at
+    a per-dataset strength; Gaussian noise on every node). Either y is a random hidden node and X are
+    nodes anywhere in the graph (causes, effects or siblings of y, drawn preferring nodes correlated
+    with y), or X are the root causes (the only ones) and y is a last-layer node.
+  * Tree SCM (30%): correlated features fed to a sum of 1-3 random trees (depth 2-4) whose splits are
+    axis-aligned or oblique, plus noise.
+The continuous target is cut into 2..C classes (by rank quantiles or by value thresholds, every class
+>= 10%/C of the rows), labels are permuted, every class is put in both the train and the test part.
+Features are randomly skewed / quantised, standardised per dataset, clipped to +-6, zero-padded beyond
+num_features. On 200 nano datasets a logistic regression / random forest fitted on the train part
+reach a mean test ROC AUC of about 0.78 / 0.78 (10% of datasets below 0.6, 30% above 0.9).
+
+Randomness: datasets are built in chunks of ROWS_PER_CHUNK rows (128 datasets of 150 rows, 4 of 5000)
+with batched torch ops. A chunk shares its MLP depth/width and tree shape, and has its own generators
+seeded from (seed, chunk index). The data therefore depend on (seed, rows, features, classes,
+original_batch_size, device type) only, not on group_size or the progress bar, and a dump of N
+datasets is a prefix of one of M > N. CPU and CUDA dumps differ (different torch generators); each is
+identical byte for byte when regenerated on the same device type.
+
+Speed (datasets/s, generation only): H200 + 16-core host, CUDA: 16k of 150x5 (300k in ~20 s),
+570 of 5000x5 (30k in ~55 s); the same host on CPU (16 threads): 5.2k of 150x5, 170 of 5000x5.
+This 2-vCPU box, shared with other jobs while measured: ~1.0-1.5k of 150x5, ~30-45 of 5000x5.
+RNG and elementwise passes over the (datasets, width, rows) hidden nodes dominate on CPU.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+from typing import NamedTuple
+
+import h5py
+import numpy as np
+import torch
+
+PRESETS = {
+    "nano": dict(num_datasets=300_000, rows=150, features=5, classes=2),   # like 300k_150x5_2.h5
+    "blog": dict(num_datasets=30_000, rows=5000, features=5, classes=2),   # like 30k_5000x5_2.h5
+}
+DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
+FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
+ROWS_PER_CHUNK = 32_768          # rows built by one set of batched tensor ops
+FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
+
+
+class DumpGroup(NamedTuple):
+    """Datasets [start, start + len(X)) of a dump as numpy arrays in the dump's dtypes."""
+    start: int
+    X: np.ndarray                # (G, R, F) float32, zero beyond num_features
+    y: np.ndarray                # (G, R) float32 class indices
+    num_features: np.ndarray     # (G,) int32
+    num_datapoints: np.ndarray   # (G,) int32, = R
+    single_eval_pos: np.ndarray  # (G,) int32
+
+
+def _uniform(gen, shape, low, high, device):
+    return low + (high - low) * torch.rand(shape, generator=gen, device=device)
+
+
+def _log_uniform(gen, shape, low, high, device):
+    return torch.exp(_uniform(gen, shape, math.log(low), math.log(high), device))
+
+
+def _standardize(t, dim=1):
+    """Zero mean, unit std along `dim`; a constant column becomes 0, not NaN.
+
+    Two plain passes: torch.std_mean is several times slower on CPU.
+    """
+    centered = t - t.mean(dim, keepdim=True)
+    return centered * torch.rsqrt(centered.square().mean(dim, keepdim=True) + 1e-12)
+
+
+def _step(t):
+    return (t > 0).to(t.dtype)
+
+
+_ACTIVATIONS = (torch.tanh, torch.relu, torch.sin, torch.abs, torch.square, _step)
+
+
+def _activation(pre, which):
+    """pre (G, W, R); which: numpy (G,) index into _ACTIVATIONS, one activation per dataset.
+
+    Each activation runs only on the datasets that drew it, not on all of them.
+    """
+    out = torch.empty_like(pre)
+    for index, function in enumerate(_ACTIVATIONS):
+        selected = np.flatnonzero(which == index)
+        if len(selected) == len(which):
+            return function(pre)
+        if len(selected):
+            selected = torch.from_numpy(selected).to(pre.device)
+            out.index_copy_(0, selected, function(pre.index_select(0, selected)))
+    return out
+
+
+def _sample_causes(gen, num, count, rows, device):
+    """Root causes (num, count, rows): Gaussian or uniform per dataset, zero mean, unit variance."""
+    use_uniform = torch.rand(num, 1, 1, generator=gen, device=device) < 0.5
+    normal = torch.randn(num, count, rows, generator=gen, device=device)
+    # sqrt(3) * (2 * Phi(z) - 1) is uniform on [-sqrt(3), sqrt(3)]: one draw serves both laws
+    return torch.where(use_uniform, math.sqrt(3) * torch.erf(normal / math.sqrt(2)), normal)
+
+
+def _mlp_scm(gen, rng, num, rows, features, num_features, device):
+    """Random sparse MLP SCMs sharing depth and width. Returns X (num, R, F) and target (num, R).
+
+    Nodes are kept as (num, width, R): per-node statistics then reduce over the last, contiguous
+    dimension, several times faster on CPU than over the middle one.
+    """
+    num_layers = int(rng.integers(2, 7))
+    width = int(round(math.exp(rng.uniform(math.log(5), math.log(130)))))
+    width = max(width, features)                     # room for F root causes
+    activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
+    noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device)
+    keep_probability = _uniform(gen, (num, 1, 1), 0.2, 1.0, device)   # weight density
+    # each layer outputs lerp(pre, activation(pre), nonlinearity): with full activations a chain of
+    # up to 6 random ones is mostly unlearnable from ~100 rows; the blend spans linear-ish to wild
+    nonlinearity = torch.rand(num, 1, 1, generator=gen, device=device)
+    # mode "causes -> output": X are the root causes, the only ones (unobserved causes are zeroed),
+    # and y is a last-layer node; otherwise X and y are nodes anywhere in the graph
+    causes_to_output = torch.rand(num, generator=gen, device=device) < 0.3
+    observed = torch.arange(width, device=device) < num_features[:, None]        # (num, width)
+    hidden = _sample_causes(gen, num, width, rows, device)                       # (num, width, R)
+    hidden = hidden * (observed | ~causes_to_output[:, None])[:, :, None]
+    nodes = [hidden]
+    for layer in range(num_layers):
+        # sparse weights (num, out, in), uniform where kept; the row normalisation fixes the scale
+        u = torch.rand(num, width, width, generator=gen, device=device)
+        weight = torch.where(u < keep_probability, 2 * u - keep_probability, 0.0)
+        # every unit keeps at least one parent (an observed cause in the first layer of the
+        # "causes -> output" mode), so no node is pure noise
+        u = torch.rand(num, width, 1, generator=gen, device=device)
+        first_layer_of_causes = causes_to_output[:, None, None] & (layer == 0)
+        parent = (u * torch.where(first_layer_of_causes, num_features[:, None, None], width)).long()
+        weight.scatter_(2, parent, _uniform(gen, (num, width, 1), -1.0, 1.0, device))
+        # unit-norm rows on standardised inputs give pre-activations of about unit variance, so the
+        # gain alone sets how far into each activation's nonlinear range a dataset goes
+        gain = _log_uniform(gen, (num, 1, 1), 0.3, 3.0, device)
+        weight = weight * (gain / (weight.norm(dim=2, keepdim=True) + 1e-6))
+        bias = 0.5 * torch.randn(num, width, 1, generator=gen, device=device)
+        pre = torch.baddbmm(bias, weight, hidden)                                # (num, width, R)
+        post = torch.lerp(pre, _activation(pre, activation[:, layer]), nonlinearity)
+        # standardising after the activation keeps noise_std relative to the signal at any depth
+        noise = torch.randn(num, width, rows, generator=gen, device=device)
+        hidden = torch.addcmul(_standardize(post, dim=2), noise, noise_std)
+        nodes.append(hidden)
+    nodes = torch.cat(nodes, 1)                                      # (num, (L+1) * width, R)
+    num_nodes = nodes.shape[1]
+    layer_of_node = torch.arange(num_nodes, device=device) // width
+    # y: a random non-root node (a last-layer one in the "causes -> output" mode)
+    key_y = torch.rand(num, num_nodes, generator=gen, device=device) + 2.0 * (layer_of_node == 0)
+    key_y = key_y + 2.0 * (causes_to_output[:, None] & (layer_of_node != num_layers))
+    y_node = key_y.argmin(1)                                         # (num,)
+    target = nodes.gather(1, y_node[:, None, None].expand(num, 1, rows))         # (num, 1, R)
+    # X: Gumbel top-k with logits = strength * |corr(node, y)|, strength per dataset in [0, 30]. A real
+    # table's columns are collected because they relate to the target, while a uniform pick among
+    # hundreds of nodes mostly returns unrelated ones (mean RF AUC ~0.6 instead of ~0.78).
+    centered = target - target.mean(2, keepdim=True)
+    correlation = (nodes @ centered.transpose(1, 2)).squeeze(2) / (
+        nodes.norm(dim=2) * centered.norm(dim=2) + 1e-6)             # (num, nodes)
+    uniform = torch.rand(num, num_nodes, generator=gen, device=device)
+    gumbel = -torch.log(-torch.log(uniform + 1e-12) + 1e-12)
+    key_x = 30.0 * torch.rand(num, 1, generator=gen, device=device) * correlation.abs() + gumbel
+    near_copy = (correlation.abs() > 0.999) & ~causes_to_output[:, None]   # a copy of y says too much
+    key_x = torch.where(near_copy, -math.inf, key_x).scatter_(1, y_node[:, None], -math.inf)
+    key_x = torch.where(causes_to_output[:, None] & (layer_of_node != 0), -math.inf, key_x)
+    observed_cause = torch.arange(num_nodes, device=device) < num_features[:, None]
+    key_x = key_x + 1e3 * (causes_to_output[:, None] & observed_cause)   # observed causes come first
+    x_nodes = key_x.topk(features, dim=1).indices                    # (num, F)
+    x = nodes.gather(1, x_nodes[:, :, None].expand(num, features, rows)).transpose(1, 2)
+    return x, target[:, 0]
+
+
+def _tree_scm(gen, rng, num, rows, features, num_features, device):
+    """Sums of random decision trees on correlated features. Returns X (num, R, F), target (num, R)."""
+    depth, num_trees = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+    num_internal = 2 ** depth - 1
+    active = (torch.arange(features, device=device) < num_features[:, None]).float()   # (num, F)
+    correlation = torch.rand(num, 1, 1, generator=gen, device=device)     # 0 = independent
+    mixing = torch.eye(features, device=device) + correlation * torch.randn(
+        num, features, features, generator=gen, device=device) / math.sqrt(features)
+    x = (_sample_causes(gen, num, rows, features, device) @ mixing) * active[:, None, :]  # (num, R, F)
+    oblique = torch.rand(num, 1, 1, generator=gen, device=device) < 0.4
+    target = torch.zeros(num, rows, device=device)
+    for _ in range(num_trees):
+        # split direction per internal node: one active feature (axis) or a random projection
+        split_feature = (torch.rand(num, num_internal, generator=gen, device=device)
+                         * num_features[:, None]).long()                                # (num, nodes)
+        axis = torch.nn.functional.one_hot(split_feature, features).transpose(1, 2).float()
+        projection = torch.randn(num, features, num_internal, generator=gen, device=device)
+        direction = torch.where(oblique, projection * active[:, :, None], axis)        # (num, F, nodes)
+        value = x @ direction                                                           # (num, R, nodes)
+        # threshold = the value of a random row, so every split cuts through the data
+        threshold_row = torch.randint(0, rows, (num, 1, num_internal), generator=gen, device=device)
+        go_right = (value > value.gather(1, threshold_row)).long()
+        node = torch.zeros(num, rows, dtype=torch.long, device=device)
+        for _ in range(depth):   # walk down: the children of node n are 2n+1 and 2n+2
+            node = 2 * node + 1 + go_right.gather(2, node[:, :, None]).squeeze(2)
+        leaf_value = torch.randn(num, num_internal + 1, generator=gen, device=device)
+        target = target + leaf_value.gather(1, node - num_internal)
+    noise_std = _log_uniform(gen, (num, 1), 0.02, 0.5, device)
+    return x, _standardize(target) + noise_std * torch.randn(num, rows, generator=gen, device=device)
+
+
+def _cut_into_classes(gen, target, num_classes, classes, min_count):
+    """Cuts target (num, R) into num_classes[i] classes of >= min_count rows; labels (num, R) long."""
+    num, rows = target.shape
+    device = target.device
+    rank = target.argsort(dim=1, stable=True).argsort(1)               # (num, R) in 0..R-1
+    # class boundaries in rank space: random quantiles, or random values of the standardised target
+    by_rank = (0.1 + 0.8 * torch.rand(num, classes - 1, generator=gen, device=device)) * rows
+    thresholds = 0.7 * torch.randn(num, 1, classes - 1, generator=gen, device=device)
+    by_value = (_standardize(target)[:, :, None] < thresholds).sum(1).float()
+    use_rank = torch.rand(num, 1, generator=gen, device=device) < 0.5
+    boundary = torch.where(use_rank, by_rank, by_value).sort(1).values.long()     # (num, C-1)
+    # unused boundaries (datasets with fewer classes) sit at R, where no rank reaches; then clamp the
+    # used ones so every class keeps >= min_count rows (feasible: R >= classes * min_count)
+    unused = torch.arange(classes - 1, device=device) >= (num_classes[:, None] - 1)
+    boundary = torch.where(unused, rows, boundary)
+    previous = torch.zeros(num, dtype=torch.long, device=device)
+    for j in range(classes - 1):
+        boundary[:, j] = torch.maximum(boundary[:, j], previous + min_count)
+        previous = boundary[:, j]
+    upper = torch.full((num,), rows, dtype=torch.long, device=device)
+    for j in range(classes - 2, -1, -1):
+        clamped = torch.minimum(boundary[:, j], upper - min_count)
+        boundary[:, j] = torch.where(unused[:, j], boundary[:, j], clamped)
+        upper = torch.where(unused[:, j], upper, boundary[:, j])
+    labels = (rank[:, :, None] >= boundary[:, None, :]).sum(2)       # (num, R) in [0, num_classes)
+    # permute labels so that class 1 is not always "the larger target"; unused labels sort last
+    key = torch.rand(num, classes, generator=gen, device=device)
+    key = key + 2.0 * (torch.arange(classes, device=device) >= num_classes[:, None])
+    return key.argsort(1).gather(1, labels)
+
+
+def _cover_classes_on_both_sides(labels, splits, num_classes, classes):
+    """Swaps whole rows so that every class has a row in the train part (< split) and the test part.
+
+    Harmless: rows are i.i.d. draws of the dataset's SCM, so their order carries no information, and
+    swapping two rows (features with their label) only moves samples across the split, i.e. conditions
+    on "every class seen in training and in testing", which is what the dump promises. Each class has
+    >= 2 rows and each side >= classes rows, so a missing class has a row on the other side and this
+    side has a row whose class keeps another one here (pigeonhole); only counts >= 2 ever drop, so one
+    pass over (class, side) fixes everything. Returns (labels, order), order (num, R) to apply to X.
+    """
+    num, rows = labels.shape
+    device = labels.device
+    is_test = torch.arange(rows, device=device)[None, :] >= splits[:, None]     # (num, R)
+    order = torch.arange(rows, device=device).repeat(num, 1)
+    class_index = torch.arange(classes, device=device)
+    for c in range(classes):
+        for on_side in (~is_test, is_test):
+            count = ((labels[:, :, None] == class_index) & on_side[:, :, None]).sum(1)  # (num, C)
+            missing = (count[:, c] == 0) & (c < num_classes)
+            incoming = ((labels == c) & ~on_side).int().argmax(1)   # first row of c across the split
+            outgoing = (on_side & (count.gather(1, labels) >= 2)).int().argmax(1)  # a row to spare
+            incoming = torch.where(missing, incoming, outgoing)[:, None]   # a no-op swap elsewhere
+            outgoing = outgoing[:, None]
+            for t in (labels, order):
+                a, b = t.gather(1, incoming), t.gather(1, outgoing)
+                t.scatter_(1, incoming, b)
+                t.scatter_(1, outgoing, a)
+    return labels, order
+
+
+def _postprocess_features(gen, x, num_features):
+    """Random skew / quantisation per feature, then standardise, clip, zero-pad. x (num, R, F)."""
+    num, _, features = x.shape
+    device = x.device
+    x = _standardize(x)
+    skew = _uniform(gen, (num, 1, features), 0.3, 1.0, device)
+    skewed = torch.rand(num, 1, features, generator=gen, device=device) < 0.15    # log-normal-like
+    x = torch.where(skewed, torch.exp(skew * x), x)
+    levels = _uniform(gen, (num, 1, features), 0.5, 3.0, device)
+    ordinal = torch.rand(num, 1, features, generator=gen, device=device) < 0.15   # few integer levels
+    x = torch.where(ordinal, torch.floor(x * levels), x)
+    active = torch.arange(features, device=device) < num_features[:, None, None]
+    return torch.where(active, _standardize(x).clamp(-FEATURE_CLIP, FEATURE_CLIP), 0.0)
+
+
+def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device):
+    """One chunk of `num` datasets: X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
+    seeds = np.random.SeedSequence([seed, 1, chunk_index])
+    rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
+    num_features = torch.from_numpy(rng.integers(1, features + 1, num)).to(device)
+    num_classes = torch.from_numpy(rng.integers(2, classes + 1, num)).to(device)
+    is_tree = rng.random(num) < 0.3
+    x = torch.empty(num, rows, features, device=device)
+    target = torch.empty(num, rows, device=device)
+    for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (_tree_scm, np.flatnonzero(is_tree))):
+        if len(subset):
+            subset = torch.from_numpy(subset).to(device)
+            x[subset], target[subset] = scm(gen, rng, len(subset), rows, features,
+                                            num_features[subset], device)
+    labels = _cut_into_classes(gen, target, num_classes, classes, max(2, int(0.1 * rows / classes)))
+    labels, order = _cover_classes_on_both_sides(labels, splits, num_classes, classes)
+    x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)),
+                              num_features)
+    return x, labels.float(), num_features.int()
+
+
+def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size):
+    """Raises ValueError with a one-line message for sizes the prior cannot honour."""
+    for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
+                             ("features", features, 1), ("classes", classes, 2), ("seed", seed, 0),
+                             ("original_batch_size", original_batch_size, 1)):
+        if not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if rows < 2 * classes:
+        raise ValueError(f"rows ({rows}) must be >= 2 * classes ({2 * classes}): every class needs "
+                         "a row in the train part and one in the test part")
+
+
+def resolve_device(device):
+    """'auto' (or None) -> 'cuda' when available, else 'cpu'; ValueError if CUDA is asked for but absent."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return str(device)
+
+
+def chunk_size(rows):
+    """Datasets per chunk (the unit of batched generation and of seeding): a power of two <= 256."""
+    return min(256, 2 ** max(0, int(math.log2(max(1, ROWS_PER_CHUNK // rows)))))
+
+
+def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
+    """single_eval_pos (N,) int32: int(R * U(0.1, 0.9)), one value per aligned original batch.
+
+    Clamped to [classes, R - classes] so that each side can hold a row of every class (bites only
+    for R < 10 * classes).
+    """
+    num_blocks = -(-num_datasets // original_batch_size)
+    u = np.random.default_rng(np.random.SeedSequence([seed, 0])).uniform(0.1, 0.9, num_blocks)
+    split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
+    return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
+
+
+def _in_order(build_chunk, num_chunks, device):
+    """Yields build_chunk(0), build_chunk(1), ... in order.
+
+    On CPU, whole chunks are built in parallel by single-threaded workers, one per torch thread:
+    a chunk's ops are too small for intra-op threads to pay (16 threads are 1.4x faster than one),
+    and on a shared box an OpenMP thread waiting for a busy core stalls every op by milliseconds.
+    Every chunk has its own generators, so the data do not depend on the number of workers.
+    """
+    threads = torch.get_num_threads()
+    if not str(device).startswith("cpu") or threads == 1:
+        yield from map(build_chunk, range(num_chunks))
+        return
+
+    def build_single_threaded(chunk_index):
+        torch.set_num_threads(1)   # OpenMP's thread count is per thread: the caller keeps its own
+        return build_chunk(chunk_index)
+
+    from concurrent.futures import ThreadPoolExecutor
+    workers = min(threads, num_chunks)
+    pool = ThreadPoolExecutor(workers)
+    try:
+        ahead = 2 * workers        # chunks in flight: bounds memory, keeps every worker busy
+        pending = [pool.submit(build_single_threaded, i) for i in range(min(ahead, num_chunks))]
+        for chunk_index in range(num_chunks):
+            if chunk_index + ahead < num_chunks:
+                pending.append(pool.submit(build_single_threaded, chunk_index + ahead))
+            yield pending[chunk_index].result()
+            pending[chunk_index] = None
+    finally:
+        pool.shutdown(cancel_futures=True)
+        torch.set_num_threads(threads)   # torch's default for threads created later, as before
+
+
+def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
+             original_batch_size=32):
+    """Yields the datasets of a dump in order, as DumpGroup of numpy arrays.
+
+    Args:
+        num_datasets, rows, features, classes: dump shape (N, R, F) and the largest class count C
+            (each dataset has 2..C classes).
+        seed: base seed (>= 0); every chunk's generators are seeded from (seed, chunk index).
+        device: "cpu", "cuda" or "auto"; tensors are built there and copied to host once per group.
+        group_size: datasets per yielded group, rounded up to whole chunks (default: ~32 MB of X).
+            It does not change the data.
+        original_batch_size: datasets per aligned block sharing one single_eval_pos.
+    Returns:
+        an iterator of DumpGroup; only the last group may be shorter.
+    """
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
+    if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
+        raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
+    device = resolve_device(device)
+    per_chunk = chunk_size(rows)
+    group_size = group_size or max(1, (32 << 20) // (rows * features * 4))
+    chunks_per_group = -(-int(group_size) // per_chunk)
+    num_chunks = -(-num_datasets // per_chunk)
+    # splits for whole chunks: the last, truncated chunk is built exactly as in a larger dump
+    splits = draw_splits(seed, num_chunks * per_chunk, rows, classes, original_batch_size)
+
+    def build_chunk(chunk_index):
+        start = chunk_index * per_chunk
+        chunk_splits = torch.from_numpy(splits[start:start + per_chunk]).to(device, torch.long)
+        return _generate_chunk(seed, chunk_index, per_chunk, rows, features, classes, chunk_splits,
+                               device)
+
+    chunks = _in_order(build_chunk, num_chunks, device)
+    try:
+        for first_chunk in range(0, num_chunks, chunks_per_group):
+            parts = [next(chunks) for _ in range(min(chunks_per_group, num_chunks - first_chunk))]
+            start = first_chunk * per_chunk
+            count = min(num_datasets - start, len(parts) * per_chunk)
+            # one device-to-host copy per group (a sync point on CUDA), not one per chunk
+            x, y, num_features = (torch.cat(part)[:count].cpu().numpy() for part in zip(*parts))
+            yield DumpGroup(start, x, y, num_features, np.full(count, rows, np.int32),
+                            splits[start:start + count].copy())
+    finally:
+        chunks.close()   # a consumer that stops early also stops the CPU workers
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
+               original_batch_size=32, group_size=None):
+    """Generates a dump and writes it atomically: a temp file in the same folder, then os.replace.
+
+    Args:
+        path: the final .h5; its folder is created if missing. An interrupted or failing run leaves
+            nothing under `path` (a previous file there survives untouched) and removes its temp file.
+        progress: show a tqdm bar (it appears only once the run has taken 2 s).
+        other args: as in generate().
+    Returns:
+        dict: path, num_datasets, seconds, datasets_per_s, bytes, device.
+    """
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
+    device = resolve_device(device)
+    if os.path.isdir(path):
+        raise ValueError(f"output {path} is a folder, not a file")
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temp_path = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {name}", leave=False)
+    start_time = time.perf_counter()
+    try:
+        with h5py.File(temp_path, "w") as f:
+            # pre-created contiguous datasets: groups stream in, memory stays at one group
+            X = f.create_dataset("X", (num_datasets, rows, features), dtype="f4")
+            y = f.create_dataset("y", (num_datasets, rows), dtype="f4")
+            per_dataset = {key: f.create_dataset(key, (num_datasets,), dtype="i4")
+                           for key in ("num_features", "num_datapoints", "single_eval_pos")}
+            for group in generate(num_datasets, rows, features, classes, seed, device, group_size,
+                                  original_batch_size):
+                block = slice(group.start, group.start + len(group.X))
+                X[block], y[block] = group.X, group.y
+                for key, dataset in per_dataset.items():
+                    dataset[block] = getattr(group, key)
+                if bar is not None:
+                    bar.update(len(group.X))
+            f.create_dataset("max_num_classes", data=np.array([classes], np.int64))
+            f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
+            f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
+            f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
+                           seed=seed, device_type=device.split(":")[0])
+        _fsync(temp_path)   # the data reach the disk before the rename makes them visible
+        os.replace(temp_path, path)
+        _fsync(folder)      # and the rename itself survives a crash
+    except BaseException:   # KeyboardInterrupt included: never leave the temp file behind
+        if os.path.exists(temp_path):
+            os.remove(temp_path)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start_time
+    return dict(path=str(path), num_datasets=num_datasets, seconds=seconds,
+                datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=device)
+
+
+def default_dump_path():
+    """data/nano_default_<N>_seed0.h5 next to this file: train.py's dump when it gets no --data."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+    return os.path.join(folder, f"nano_default_{DEFAULT_DUMP_DATASETS}_seed0.h5")
+
+
+def _is_default_dump(path):
+    """Cheap structural check (keys, shapes, prior version), without scanning the values."""
+    shape = (DEFAULT_DUMP_DATASETS, PRESETS["nano"]["rows"], PRESETS["nano"]["features"])
+    try:
+        with h5py.File(path, "r") as f:
+            return (f["X"].shape == shape and f["y"].shape == shape[:2]
+                    and all(f[key].shape == shape[:1] for key in
+                            ("num_features", "num_datapoints", "single_eval_pos"))
+                    and f.attrs.get("prior_version") == FORMAT_VERSION)
+    except (OSError, KeyError, ValueError):
+        return False
+
+
+def ensure_default_dump(path=None):
+    """Returns the default nano-preset dump, generating it first (CPU, seed 0) if missing or invalid.
+
+    Prints one line saying which. Built on CPU so that it is the same file on every machine.
+    """
+    path = path or default_dump_path()
+    if _is_default_dump(path):
+        print(f"prior: no --data given, using the default dump {path}")
+        return path
+    nano = PRESETS["nano"]
+    stats = write_dump(path, DEFAULT_DUMP_DATASETS, nano["rows"], nano["features"], nano["classes"],
+                       seed=0, device="cpu", progress=sys.stderr.isatty())
+    print(f"prior: no --data given, generated {path} ({DEFAULT_DUMP_DATASETS} datasets of "
+          f"{nano['rows']}x{nano['features']}, {nano['classes']} classes, seed 0) in "
+          f"{stats['seconds']:.1f} s")
+    return path
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):   # one line and exit 2, instead of usage + message
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _check_file(path):
+    """--check: one line per problem (exit 1), or a one-line summary (exit 0)."""
+    if not os.path.isfile(path):
+        print(f"error: --check: no such file: {path}", file=sys.stderr)
+        return 2
+    try:
+        from loaders import check_dump   # lazily: only --check needs the reader
+    except ImportError as exc:
+        print(f"error: --check needs loaders.check_dump: {exc}", file=sys.stderr)
+        return 2
+    problems = check_dump(path)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    with h5py.File(path, "r") as f:
+        num, rows, features = f["X"].shape
+        classes = int(f["max_num_classes"][0]) if "max_num_classes" in f else "?"
+    print(f"ok: {path}: {num} datasets x {rows} rows x {features} features, <= {classes} classes")
+    return 0
+
+
+def main(argv=None):
+    parser = _ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
+                        help="base shape: nano = 300k datasets x 150 rows x 5 features x 2 classes, "
+                             "blog = 30k x 5000 x 5 x 2 (default nano)")
+    parser.add_argument("--num-datasets", type=int, help="number of datasets N (default: the preset's)")
+    parser.add_argument("--rows", type=int, help="rows per dataset R, >= 4 (default: the preset's)")
+    parser.add_argument("--features", type=int, help="max features F per dataset (default: the preset's)")
+    parser.add_argument("--classes", type=int,
+                        help="max classes C; each dataset has 2..C (default: the preset's)")
+    parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
+    parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
+    parser.add_argument("--device", default="auto",
+                        help="cpu, cuda or auto = cuda when present (default auto); CPU and CUDA "
+                             "dumps differ, each is reproducible")
+    parser.add_argument("--original-batch-size", type=int, default=32,
+                        help="datasets per aligned block sharing one single_eval_pos (default 32)")
+    parser.add_argument("--group-size", type=int,
+                        help="datasets generated per write (default ~32 MB of X); does not change the data")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--check", metavar="FILE", help="validate an existing dump instead of writing one")
+    args = parser.parse_args(argv)
+    if args.check:
+        return _check_file(args.check)
+    shape = {key: value if getattr(args, key) is None else getattr(args, key)
+             for key, value in PRESETS[args.preset].items()}
+    out = args.out or os.path.join(
+        "data", "prior_{num_datasets}_{rows}x{features}_{classes}".format(**shape) + f"_seed{args.seed}.h5")
+    try:
+        _check_sizes(seed=args.seed, original_batch_size=args.original_batch_size, **shape)
+        if args.group_size is not None and args.group_size < 1:
+            raise ValueError(f"--group-size must be >= 1, got {args.group_size}")
+        device = resolve_device(args.device)
+        folder = os.path.dirname(os.path.abspath(out))
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create the output folder {folder}: {exc.strerror}") from None
+        if os.path.isdir(out) or not os.access(folder, os.W_OK):
+            raise ValueError(f"cannot write {out}: " + ("it is a folder" if os.path.isdir(out)
+                                                        else f"{folder} is not writable"))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        stats = write_dump(out, seed=args.seed, device=device, progress=not args.no_progress,
+                           original_batch_size=args.original_batch_size, group_size=args.group_size,
+                           **shape)
+    except KeyboardInterrupt:
+        print(f"error: interrupted, nothing written to {out}", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"error: writing {out} failed: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {shape['num_datasets']} datasets x {shape['rows']} rows x "
+          f"{shape['features']} features, <= {shape['classes']} classes, {stats['bytes'] / 1e6:,.1f} MB "
+          f"in {stats['seconds']:.1f} s = {stats['datasets_per_s']:,.0f} datasets/s on {device}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,476 @@
+"""model.py: path equivalence (torch / flash / matmul / checkpoint / padded), an upstream reference, the classifier."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import ModelConfig, NanoTabPFNClassifier, NanoTabPFNModel, padded_test_row_mask
+
+SMALL = dict(embedding_size=16, num_attention_heads=4, mlp_hidden_size=24, num_layers=2, num_outputs=3)
+FLEX_SIZE = dict(embedding_size=32, num_attention_heads=2)   # flex_attention needs a head size >= 16
+
+# (B, R, F, S): odd sizes, S = 1 and S = R - 1 included.
+SIZES = [(3, 37, 5, 13), (2, 11, 1, 1), (1, 17, 3, 16), (4, 9, 2, 4)]
+
+# fp64: only summation order differs between paths, so the tolerance is near machine precision.
+TOL64 = dict(rtol=1e-9, atol=1e-10)
+# fp32 outputs: O(1) logits through a few layers of norms, each path with its own summation order.
+TOL32 = dict(rtol=1e-4, atol=2e-5)
+# fp32 parameter gradients: sums over many cells, so a looser absolute bound.
+TOL32_GRAD = dict(rtol=1e-4, atol=3e-5)
+
+UPSTREAM_LAYER_NAMES = [
+    "self_attention_between_datapoints.in_proj_weight", "self_attention_between_datapoints.in_proj_bias",
+    "self_attention_between_datapoints.out_proj.weight", "self_attention_between_datapoints.out_proj.bias",
+    "self_attention_between_features.in_proj_weight", "self_attention_between_features.in_proj_bias",
+    "self_attention_between_features.out_proj.weight", "self_attention_between_features.out_proj.bias",
+    "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
+    "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias",
+]
+
+
+def make_inputs(batch, rows, features, split, num_classes=3, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(batch, rows, features, generator=g) * 2 + 0.5).to(dtype)
+    y = torch.randint(0, num_classes, (batch, rows), generator=g).to(dtype)
+    return x, y
+
+
+def make_model(seed=0, dtype=torch.float32, **overrides):
+    torch.manual_seed(seed)
+    cfg = dict(SMALL)
+    cfg.update(overrides)
+    model = NanoTabPFNModel(**cfg).to(dtype)
+    # Non-trivial norms and biases, so a path that skipped one would show.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def loss_and_grads(model, x, y, split):
+    """A loss that weighs every logit differently; returns (logits, {name: grad})."""
+    model.zero_grad(set_to_none=True)
+    out = model((x, y[:, :split]), split)
+    w = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out)
+    (out * w).sum().backward()
+    return out.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same(a, grads_a, b, grads_b, dtype):
+    tol, gtol = (TOL64, TOL64) if dtype == torch.float64 else (TOL32, TOL32_GRAD)
+    torch.testing.assert_close(a, b, **tol)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], **gtol, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------- an upstream reference, written out
+
+
+def reference_attention(x_q, x_kv, prefix, sd, heads):
+    """softmax(QKᵀ/sqrt(D))V with nn.MultiheadAttention's packed parameters, by explicit formulas."""
+    w, b = sd[prefix + "in_proj_weight"], sd[prefix + "in_proj_bias"]
+    e = x_q.shape[-1]
+    d = e // heads
+    q = x_q @ w[:e].T + b[:e]
+    k = x_kv @ w[e:2 * e].T + b[e:2 * e]
+    v = x_kv @ w[2 * e:].T + b[2 * e:]
+    split_heads = lambda t: t.reshape(*t.shape[:-1], heads, d)       # (N, L, H, D)
+    q, k, v = split_heads(q), split_heads(k), split_heads(v)
+    scores = torch.einsum("nqhd,nkhd->nhqk", q, k) / math.sqrt(d)
+    out = torch.einsum("nhqk,nkhd->nqhd", scores.softmax(-1), v).reshape(*x_q.shape)
+    return out @ sd[prefix + "out_proj.weight"].T + sd[prefix + "out_proj.bias"]
+
+
+def reference_forward(model, x, y_train, split):
+    """Upstream nanoTabPFN's forward written naively from its description, loops over datasets."""
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    heads = model.config.num_attention_heads
+    layer_norm = lambda t, p: F.layer_norm(t, t.shape[-1:], sd[p + ".weight"], sd[p + ".bias"], 1e-5)
+    gelu = lambda t: 0.5 * t * (1 + torch.erf(t / math.sqrt(2)))
+    linear = lambda t, p: t @ sd[p + ".weight"].T + sd[p + ".bias"]
+    outputs = []
+    for b in range(x.shape[0]):
+        xb, yb = x[b], y_train[b]                                     # (R, F), (S,)
+        mean = xb[:split].mean(0)
+        std = ((xb[:split] - mean) ** 2).mean(0).sqrt() + 1e-5
+        xn = ((xb - mean) / std).clamp(-100, 100)
+        cells = xn.unsqueeze(-1) * sd["feature_encoder.linear_layer.weight"][:, 0] + sd["feature_encoder.linear_layer.bias"]
+        y_full = torch.cat([yb, yb.mean().expand(x.shape[1] - split)])
+        target = y_full.unsqueeze(-1) * sd["target_encoder.linear_layer.weight"][:, 0] + sd["target_encoder.linear_layer.bias"]
+        t = torch.cat([cells, target.unsqueeze(1)], dim=1)            # (R, C, E)
+        for i in range(model.config.num_layers):
+            p = f"transformer_blocks.{i}."
+            t = layer_norm(reference_attention(t, t, p + "self_attention_between_features.", sd, heads) + t, p + "norm1")
+            cols = t.transpose(0, 1)                                  # (C, R, E)
+            att = reference_attention(cols, cols[:, :split], p + "self_attention_between_datapoints.", sd, heads)
+            t = layer_norm(att.transpose(0, 1) + t, p + "norm2")
+            t = layer_norm(linear(gelu(linear(t, p + "linear1")), p + "linear2") + t, p + "norm3")
+        outputs.append(linear(gelu(linear(t[split:, -1], "decoder.linear1")), "decoder.linear2"))
+    return torch.stack(outputs)
+
+
+@pytest.mark.parametrize("attention", ["torch", "flash"])
+@pytest.mark.parametrize("size", SIZES[:3])
+def test_paths_match_written_out_upstream_reference(attention, size):
+    batch, rows, features, split = size
+    model = make_model(dtype=torch.float64, attention=attention)
+    x, y = make_inputs(batch, rows, features, split, dtype=torch.float64)
+    with torch.no_grad():
+        out = model((x, y[:, :split]), split)
+    torch.testing.assert_close(out, reference_forward(model, x, y[:, :split], split), **TOL64)
+
+
+def test_default_size_and_upstream_parameter_names():
+    model = NanoTabPFNModel()
+    assert dataclasses.asdict(model.config) == dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192,
+                                                   num_layers=3, num_outputs=2, attention="torch",
+                                                   feature_attention="sdpa", padded_attention="sdpa",
+                                                   checkpoint=False)
+    expected = ["feature_encoder.linear_layer.weight", "feature_encoder.linear_layer.bias",
+                "target_encoder.linear_layer.weight", "target_encoder.linear_layer.bias"]
+    expected += [f"transformer_blocks.{i}.{n}" for i in range(3) for n in UPSTREAM_LAYER_NAMES]
+    expected += ["decoder.linear1.weight", "decoder.linear1.bias", "decoder.linear2.weight", "decoder.linear2.bias"]
+    assert sorted(model.state_dict()) == sorted(expected)
+    for cfg in (dict(attention="flash"), dict(attention="flash", feature_attention="matmul"), dict(checkpoint=True),
+                dict(attention="flash", padded_attention="flex")):
+        assert list(NanoTabPFNModel(**cfg).state_dict()) == list(model.state_dict())
+    x, y = make_inputs(2, 30, 4, 10)
+    assert model((x, y[:, :10]), 10).shape == (2, 20, 2)
+    assert model((x, y[:, :10].unsqueeze(-1)), 10).shape == (2, 20, 2)  # (B, S, 1) labels as upstream
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="attention"):
+        NanoTabPFNModel(attention="xformers")
+    with pytest.raises(ValueError, match="needs attention='flash'"):
+        NanoTabPFNModel(feature_attention="matmul")
+    with pytest.raises(ValueError, match="needs attention='flash'"):
+        NanoTabPFNModel(padded_attention="flex")
+    with pytest.raises(ValueError, match="padded_attention"):
+        NanoTabPFNModel(attention="flash", padded_attention="mask")
+    with pytest.raises(ValueError, match="head size >= 16"):
+        NanoTabPFNModel(attention="flash", padded_attention="flex", embedding_size=32, num_attention_heads=4)
+    with pytest.raises(ValueError, match="divisible"):
+        NanoTabPFNModel(embedding_size=10, num_attention_heads=4)
+    with pytest.raises(ValueError, match="positive int"):
+        ModelConfig(num_layers=0)
+    with pytest.raises(TypeError, match="unknown ModelConfig"):
+        NanoTabPFNModel(flash=True)
+    model = NanoTabPFNModel(**SMALL)
+    x, y = make_inputs(1, 10, 2, 4)
+    with pytest.raises(ValueError, match="train_test_split_index"):
+        model((x, y[:, :4]), 5)   # y_train length disagrees with the split
+
+
+# ---------------------------------------------------------------- path equivalence
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("size", SIZES)
+def test_torch_and_flash_agree_both_ways(size, dtype):
+    batch, rows, features, split = size
+    x, y = make_inputs(batch, rows, features, split, dtype=dtype)
+    # torch-trained weights into a flash model, and flash-trained weights into a torch model.
+    for seed, source, target in ((1, "torch", "flash"), (2, "flash", "torch")):
+        a = make_model(seed, dtype, attention=source)
+        b = make_model(seed + 100, dtype, attention=target)
+        b.load_state_dict(a.state_dict())
+        out_a, grads_a = loss_and_grads(a, x, y, split)
+        out_b, grads_b = loss_and_grads(b, x, y, split)
+        assert_same(out_a, grads_a, out_b, grads_b, dtype)
+
+
+def test_equivalence_check_can_fail():
+    """The comparison used above sees a small perturbation of one weight."""
+    x, y = make_inputs(3, 37, 5, 13)
+    a = make_model(1, attention="torch")
+    b = make_model(1, attention="flash")
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        b.transformer_blocks[1].self_attention_between_datapoints.in_proj_weight[0, 0] += 1e-2
+    with pytest.raises(AssertionError):
+        assert_same(*loss_and_grads(a, x, y, 13), *loss_and_grads(b, x, y, 13), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("size", SIZES[:2])
+def test_feature_attention_sdpa_and_matmul_agree(size, dtype):
+    batch, rows, features, split = size
+    x, y = make_inputs(batch, rows, features, split, dtype=dtype)
+    a = make_model(3, dtype, attention="flash", feature_attention="sdpa")
+    b = make_model(3, dtype, attention="flash", feature_attention="matmul")
+    assert_same(*loss_and_grads(a, x, y, split), *loss_and_grads(b, x, y, split), dtype)
+
+
+@pytest.mark.parametrize("path", [dict(attention="torch"), dict(attention="flash"),
+                                  dict(attention="flash", feature_attention="matmul")])
+def test_checkpointing_changes_nothing(path):
+    x, y = make_inputs(3, 37, 5, 13, dtype=torch.float64)
+    a = make_model(4, torch.float64, **path)
+    b = make_model(4, torch.float64, checkpoint=True, **path)
+    assert_same(*loss_and_grads(a, x, y, 13), *loss_and_grads(b, x, y, 13), torch.float64)
+
+
+# ---------------------------------------------------------------- static-shape forward
+
+
+def pad(x, y, rows_max, features_max, seed, garbage):
+    """Pads x to (B, rows_max, features_max) and y to (B, rows_max): zeros, or finite random garbage."""
+    g = torch.Generator().manual_seed(seed)
+    batch, rows, features = x.shape
+    fill = (lambda *s: torch.randn(*s, generator=g, dtype=x.dtype) * 5) if garbage else (
+        lambda *s: torch.zeros(*s, dtype=x.dtype))
+    xp, yp = fill(batch, rows_max, features_max), fill(batch, rows_max)
+    xp[:, :rows, :features] = x
+    yp[:, :rows] = y
+    return xp, yp
+
+
+def padded_loss_and_grads(model, xp, yp, split, rows, features):
+    model.zero_grad(set_to_none=True)
+    t = lambda v: torch.tensor(v, dtype=torch.int64, device=xp.device)
+    out = model.forward_padded(xp, yp, t(split), t(rows), t(features))
+    real = out[:, split:rows]
+    w = torch.linspace(-1, 1, real.numel(), dtype=out.dtype, device=out.device).view_as(real)
+    (real * w).sum().backward()
+    return out.detach(), real.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+PATHS = [dict(attention="torch"), dict(attention="flash"), dict(attention="flash", feature_attention="matmul"),
+         dict(attention="flash", checkpoint=True)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("garbage", [False, True])
+def test_forward_padded_equals_sliced_forward(path, garbage):
+    rng = np.random.default_rng(7)
+    for trial in range(3):
+        batch = int(rng.integers(1, 4))
+        rows, features = int(rng.integers(3, 30)), int(rng.integers(1, 6))
+        rows_max, features_max = rows + int(rng.integers(0, 9)), features + int(rng.integers(0, 4))
+        split = int(rng.integers(1, rows))
+        x, y = make_inputs(batch, rows, features, split, seed=trial, dtype=torch.float64)
+        xp, yp = pad(x, y, rows_max, features_max, seed=trial, garbage=garbage)
+        model = make_model(5 + trial, torch.float64, **path)
+        out_ref, grads_ref = loss_and_grads(model, x, y, split)
+        out, real, grads = padded_loss_and_grads(model, xp, yp, split, rows, features)
+        assert_same(real, grads, out_ref, grads_ref, torch.float64)
+        assert out.shape == (batch, rows_max, SMALL["num_outputs"])
+        assert torch.isfinite(out).all()
+        keep = padded_test_row_mask(rows_max, torch.tensor(split), torch.tensor(rows))
+        assert keep.sum() == rows - split
+        assert (out[:, ~keep] == 0).all()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # flex_attention warns when run without torch.compile
+def test_forward_padded_flex_equals_sdpa_mask_and_sliced_forward():
+    """padded_attention="flex", forward only (flex_attention has no backward on CPU; the CUDA test checks grads)."""
+    x, y = make_inputs(3, 29, 4, 11, dtype=torch.float64)
+    xp, yp = pad(x, y, 40, 6, seed=3, garbage=True)
+    flex = make_model(14, torch.float64, attention="flash", padded_attention="flex", **FLEX_SIZE).eval()
+    mask = make_model(15, torch.float64, attention="flash", padded_attention="sdpa", **FLEX_SIZE).eval()
+    mask.load_state_dict(flex.state_dict())
+    t = lambda v: torch.tensor(v)
+    with torch.no_grad():
+        out = flex.forward_padded(xp, yp, t(11), t(29), t(4))
+        torch.testing.assert_close(out, mask.forward_padded(xp, yp, t(11), t(29), t(4)), **TOL64)
+        torch.testing.assert_close(out[:, 11:29], flex((x, y[:, :11]), 11), **TOL64)
+        assert (out[:, 11:29] - flex.forward_padded(xp, yp, t(12), t(29), t(4))[:, 11:29]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("path", PATHS[:3])
+def test_forward_padded_is_finite_everywhere(path):
+    """No NaN/Inf in any intermediate, padded cells included, nor in any gradient (fp32, zero padding)."""
+    x, y = make_inputs(2, 10, 2, 3)
+    xp, yp = pad(x, y, 16, 5, seed=0, garbage=False)   # three all-zero feature columns, six padded rows
+    model = make_model(6, **path)
+    bad = []
+
+    def check(module, inputs, output):
+        if isinstance(output, tuple):
+            output = output[0]
+        if not torch.isfinite(output).all():
+            bad.append(type(module).__name__)
+
+    hooks = [m.register_forward_hook(check) for m in model.modules()]
+    out, _, grads = padded_loss_and_grads(model, xp, yp, 3, 10, 2)
+    for h in hooks:
+        h.remove()
+    assert not bad, bad
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+@pytest.mark.parametrize("path", PATHS[:2])
+def test_no_leak_from_test_labels_or_other_test_rows(path):
+    x, y = make_inputs(2, 20, 3, 8)
+    xp, yp = pad(x, y, 24, 4, seed=1, garbage=False)
+    model = make_model(8, **path).eval()
+    t = lambda v: torch.tensor(v)
+    with torch.no_grad():
+        base = model.forward_padded(xp, yp, t(8), t(20), t(3))
+        y2 = yp.clone()
+        y2[:, 8:] = 2 - y2[:, 8:]                       # other test labels
+        torch.testing.assert_close(model.forward_padded(xp, y2, t(8), t(20), t(3)), base, rtol=0, atol=0)
+        x2 = xp.clone()
+        x2[:, 15] += 3.0                                # change one test row: only its own logits move
+        moved = model.forward_padded(x2, yp, t(8), t(20), t(3))
+    others = [r for r in range(24) if r != 15]
+    torch.testing.assert_close(moved[:, others], base[:, others], **TOL32)
+    assert (moved[:, 15] - base[:, 15]).abs().max() > 1e-3
+    with torch.no_grad():  # and a train row does move the test rows (the masks are not too strict)
+        x3 = xp.clone()
+        x3[:, 2] += 3.0
+        assert (model.forward_padded(x3, yp, t(8), t(20), t(3))[:, 8:20] - base[:, 8:20]).abs().max() > 1e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_paths_fp32_and_bf16():
+    device = torch.device("cuda")
+    x, y = make_inputs(3, 301, 5, 120)
+    x, y = x.to(device), y.to(device)
+    xp, yp = pad(x.cpu(), y.cpu(), 320, 8, seed=0, garbage=True)
+    xp, yp = xp.to(device), yp.to(device)
+    ref = make_model(9, attention="torch").to(device)
+    t = lambda v: torch.tensor(v, device=device)
+    with torch.no_grad():
+        base = ref((x, y[:, :120]), 120)
+        for path in PATHS[1:3]:
+            model = make_model(9, **path).to(device)
+            model.load_state_dict(ref.state_dict())
+            torch.testing.assert_close(model((x, y[:, :120]), 120), base, rtol=1e-3, atol=1e-3)
+            out = model.forward_padded(xp, yp, t(120), t(301), t(5))
+            torch.testing.assert_close(out[:, 120:301], base, rtol=1e-3, atol=1e-3)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                low = model.forward_padded(xp, yp, t(120), t(301), t(5))
+            assert torch.isfinite(low).all()
+            torch.testing.assert_close(low[:, 120:301].float(), base, rtol=0.1, atol=0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_compiled_flex_matches_sdpa_mask_with_grads():
+    device = torch.device("cuda")
+    x, y = make_inputs(2, 200, 4, 70)
+    xp, yp = pad(x, y, 260, 6, seed=1, garbage=True)
+    xp, yp = xp.to(device), yp.to(device)
+    flex = make_model(16, attention="flash", padded_attention="flex", **FLEX_SIZE).to(device)
+    mask = make_model(17, attention="flash", padded_attention="sdpa", **FLEX_SIZE).to(device)
+    mask.load_state_dict(flex.state_dict())
+    flex.forward_padded = torch.compile(flex.forward_padded, dynamic=False)
+    out_f, real_f, grads_f = padded_loss_and_grads(flex, xp, yp, 70, 200, 4)
+    out_m, real_m, grads_m = padded_loss_and_grads(mask, xp, yp, 70, 200, 4)
+    torch.testing.assert_close(out_f, out_m, rtol=1e-3, atol=1e-4)
+    for name in grads_m:
+        torch.testing.assert_close(grads_f[name], grads_m[name], rtol=1e-3, atol=1e-3, msg=lambda m: f"{name}: {m}")
+
+
+# ---------------------------------------------------------------- classifier
+
+
+def toy_data(n_train=40, n_test=15, features=4, num_classes=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_train + n_test, features)).astype(np.float32)
+    y = np.arange(n_train + n_test) % num_classes
+    rng.shuffle(y)
+    return X[:n_train], y[:n_train], X[n_train:], y[n_train:]
+
+
+def test_classifier_shapes_probabilities_and_mode():
+    model = make_model(10, attention="flash")
+    clf = NanoTabPFNClassifier(model)
+    X_train, y_train, X_test, _ = toy_data(num_classes=2)
+    assert clf.fit(X_train, y_train) is clf
+    model.train()
+    proba = clf.predict_proba(X_test)
+    assert model.training                                  # mode restored
+    assert proba.shape == (15, 2)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-6)
+    assert (proba >= 0).all()
+    pred = clf.predict(X_test)
+    assert pred.shape == (15,)
+    np.testing.assert_array_equal(pred, proba.argmax(1))
+    model.eval()
+    clf.predict(X_test)
+    assert not model.training
+    # The probabilities are softmax of the model's first K logits on train + test.
+    with torch.no_grad():
+        x = torch.from_numpy(np.concatenate([X_train, X_test]))[None]
+        logits = model((x, torch.from_numpy(y_train.astype(np.float32))[None]), len(X_train))[0, :, :2]
+    np.testing.assert_allclose(proba, logits.softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_classifier_maps_labels():
+    model = make_model(11)
+    X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=1)
+    plain = NanoTabPFNClassifier(model).fit(X_train, y_train)
+    names = np.array(["cat", "dog", "emu"])
+    named = NanoTabPFNClassifier(model).fit(X_train, names[y_train])
+    shifted = NanoTabPFNClassifier(model).fit(X_train, y_train * 5 + 3)   # labels 3, 8, 13
+    np.testing.assert_array_equal(named.classes_, names)
+    np.testing.assert_allclose(named.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
+    np.testing.assert_allclose(shifted.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
+    np.testing.assert_array_equal(named.predict(X_test), names[plain.predict(X_test)])
+    np.testing.assert_array_equal(shifted.predict(X_test), plain.predict(X_test) * 5 + 3)
+    assert set(plain.predict(X_test)) <= {0, 1, 2}
+
+
+def test_classifier_errors():
+    X_train, y_train, X_test, _ = toy_data(num_classes=2)
+    clf = NanoTabPFNClassifier(make_model(12, num_outputs=2))
+    with pytest.raises(ValueError, match="not fitted"):
+        clf.predict(X_test)
+    with pytest.raises(ValueError, match="3 classes"):
+        clf.fit(X_train, np.arange(len(X_train)) % 3)
+    bad = X_train.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clf.fit(bad, y_train)
+    with pytest.raises(ValueError, match="2-D"):
+        clf.fit(X_train[:, 0], y_train)
+    with pytest.raises(ValueError, match="empty"):
+        clf.fit(X_train[:0], y_train[:0])
+    with pytest.raises(ValueError, match="labels"):
+        clf.fit(X_train, y_train[:-1])
+    with pytest.raises(ValueError, match="NaN"):
+        clf.fit(X_train, np.where(y_train == 0, np.nan, 1.0))
+    clf.fit(X_train, y_train)
+    inf = X_test.copy()
+    inf[0, 0] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        clf.predict(inf)
+    with pytest.raises(ValueError, match="features"):
+        clf.predict(X_test[:, :3])
+    with pytest.raises(ValueError, match="2-D"):
+        clf.predict_proba(X_test[0])
+    with pytest.raises(ValueError, match="empty"):
+        clf.predict(X_test[:0])
+    with pytest.raises(ValueError, match="infinity"):   # finite in float64, infinite in float32
+        clf.predict(np.full_like(X_test, 1e39, dtype=np.float64))
+
+
+def test_from_checkpoint_round_trip(tmp_path):
+    cfg = ModelConfig(**SMALL, attention="flash", feature_attention="matmul")
+    model = make_model(13, **dataclasses.asdict(cfg))
+    X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=2)
+    expected = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model_config": dataclasses.asdict(cfg), "model": model.state_dict()}, path)
+    clf = NanoTabPFNClassifier.from_checkpoint(path)
+    assert clf.model.config == cfg
+    np.testing.assert_allclose(clf.fit(X_train, y_train).predict_proba(X_test), expected, rtol=0, atol=0)
+    # A compiled model's state_dict ("_orig_mod." prefixes) loads too.
+    prefixed = {"_orig_mod." + k: v for k, v in model.state_dict().items()}
+    torch.save({"model_config": dataclasses.asdict(cfg), "model": prefixed}, path)
+    np.testing.assert_allclose(NanoTabPFNClassifier.from_checkpoint(path).fit(X_train, y_train).predict_proba(X_test),
+                               expected, rtol=0, atol=0)
+    torch.save({"model": model.state_dict()}, path)
+    with pytest.raises(ValueError, match="model_config"):
+        NanoTabPFNClassifier.from_checkpoint(path)
+    torch.save({"model_config": {**dataclasses.asdict(cfg), "dropout": 0.1}, "model": model.state_dict()}, path)
+    with pytest.raises(ValueError, match="dropout"):
+        NanoTabPFNClassifier.from_checkpoint(path)

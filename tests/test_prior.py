@@ -1,0 +1,252 @@
+"""prior_dump.py: dump schema, determinism, class coverage, splits, padding, atomicity, CLI errors and
+learnability of the prior. CPU only, small sizes."""
+import hashlib
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import prior_dump
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPE = dict(num_datasets=150, rows=60, features=5, classes=3)   # 150 = not a multiple of the batch 8
+EXPECTED_KEYS = {"X", "y", "num_features", "num_datapoints", "single_eval_pos", "max_num_classes",
+                 "original_batch_size", "problem_type"}
+
+
+def _read(path):
+    with h5py.File(path, "r") as f:
+        return {key: f[key][()] for key in f.keys()}
+
+
+def _concat(groups):
+    groups = list(groups)
+    fields = prior_dump.DumpGroup._fields[1:]
+    return {field: np.concatenate([getattr(g, field) for g in groups]) for field in fields}
+
+
+@pytest.fixture(scope="module")
+def small_dump(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prior") / "small.h5"
+    stats = prior_dump.write_dump(path, seed=0, progress=False, original_batch_size=8, **SHAPE)
+    return path, stats
+
+
+def test_schema_dtypes_and_shapes(small_dump):
+    path, stats = small_dump
+    n, r, f, c = SHAPE["num_datasets"], SHAPE["rows"], SHAPE["features"], SHAPE["classes"]
+    with h5py.File(path, "r") as h5:
+        assert set(h5.keys()) == EXPECTED_KEYS
+        expected = {"X": (np.float32, (n, r, f)), "y": (np.float32, (n, r)),
+                    "num_features": (np.int32, (n,)), "num_datapoints": (np.int32, (n,)),
+                    "single_eval_pos": (np.int32, (n,)), "max_num_classes": (np.int64, (1,)),
+                    "original_batch_size": (np.int64, (1,))}
+        for key, (dtype, shape) in expected.items():
+            assert h5[key].dtype == dtype, key
+            assert h5[key].shape == shape, key
+        assert h5["problem_type"].shape == ()
+        assert h5["problem_type"].asstr()[()] == "classification"
+        assert h5["max_num_classes"][0] == c and h5["original_batch_size"][0] == 8
+        assert (h5["num_datapoints"][:] == r).all()
+        assert h5["X"].chunks is None   # contiguous: readable with a plain offset (memmap, kvikio)
+    assert stats["num_datasets"] == n and stats["datasets_per_s"] > 0 and stats["bytes"] > 0
+
+
+def test_values_finite_padded_and_labels_valid(small_dump):
+    data = _read(small_dump[0])
+    x, y, num_features = data["X"], data["y"], data["num_features"]
+    assert np.isfinite(x).all() and np.isfinite(y).all()
+    assert np.abs(x).max() <= prior_dump.FEATURE_CLIP
+    assert num_features.min() >= 1 and num_features.max() <= SHAPE["features"]
+    assert len(np.unique(num_features)) > 1           # features 1..F vary between datasets
+    column = np.arange(SHAPE["features"])
+    padded = column[None, :] >= num_features[:, None]                    # (N, F)
+    assert (x.transpose(0, 2, 1)[padded] == 0).all()                     # zero beyond num_features
+    assert (x.std(axis=1)[~padded] > 0).mean() > 0.95                    # used features carry values
+    assert (y == np.round(y)).all() and y.min() >= 0 and y.max() < SHAPE["classes"]
+
+
+def test_every_class_in_train_and_test_part(small_dump):
+    data = _read(small_dump[0])
+    counts = []
+    for labels, split in zip(data["y"].astype(int), data["single_eval_pos"]):
+        present = np.unique(labels)
+        counts.append(len(present))
+        assert 2 <= len(present) <= SHAPE["classes"]
+        assert (present == np.arange(len(present))).all()                # labels 0..k-1
+        assert set(labels[:split]) == set(present) == set(labels[split:])
+    assert set(counts) == {2, 3}                                         # 2..C classes occur
+
+
+def test_splits_constant_in_aligned_blocks_and_in_range(small_dump):
+    splits = _read(small_dump[0])["single_eval_pos"]
+    rows = SHAPE["rows"]
+    assert splits.min() >= int(0.1 * rows) and splits.max() <= int(0.9 * rows)
+    for start in range(0, len(splits), 8):
+        assert len(set(splits[start:start + 8])) == 1, start
+    assert len(set(splits[::8])) > 3                                     # drawn per block
+
+
+def test_tiny_tables_and_many_classes():
+    # rows=8, classes=4: the split is clamped so each side holds one row per class
+    data = _concat(prior_dump.generate(40, 8, 7, 4, seed=1))
+    for labels, split in zip(data["y"].astype(int), data["single_eval_pos"]):
+        assert split == 4
+        assert set(labels[:split]) == set(labels[split:]) and len(set(labels)) >= 2
+
+
+def test_deterministic_and_independent_of_group_size():
+    args = dict(num_datasets=300, rows=40, features=4, classes=2)
+    first = _concat(prior_dump.generate(seed=5, **args))
+    again = _concat(prior_dump.generate(seed=5, group_size=1, **args))       # one chunk per group
+    prefix = _concat(prior_dump.generate(seed=5, **dict(args, num_datasets=100)))
+    other = _concat(prior_dump.generate(seed=6, **args))
+    for key in first:
+        np.testing.assert_array_equal(first[key], again[key])
+        np.testing.assert_array_equal(first[key][:100], prefix[key])
+    assert not np.array_equal(first["X"], other["X"])
+    assert not np.array_equal(first["single_eval_pos"], other["single_eval_pos"])
+
+
+def test_cpu_workers_do_not_change_the_data():
+    previous = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):   # 1: chunks in sequence; 2: chunks on two single-threaded workers
+            torch.set_num_threads(threads)
+            results.append(_concat(prior_dump.generate(300, 40, 4, 2, seed=9)))
+            assert torch.get_num_threads() == threads                     # caller's setting kept
+    finally:
+        torch.set_num_threads(previous)
+    for key in results[0]:
+        np.testing.assert_array_equal(results[0][key], results[1][key])
+
+
+def test_same_seed_gives_identical_file_bytes(tmp_path):
+    digests = []
+    for name in ("a.h5", "b.h5"):
+        prior_dump.write_dump(tmp_path / name, 40, 30, 3, 2, seed=3, progress=False)
+        digests.append(hashlib.sha256((tmp_path / name).read_bytes()).hexdigest())
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_interrupted_write_leaves_nothing_and_keeps_old_file(tmp_path, monkeypatch, error):
+    real_generate = prior_dump.generate
+
+    def failing_generate(*args, **kwargs):
+        groups = real_generate(*args, **kwargs)
+        yield next(groups)                      # one group reaches the temp file, then the run dies
+        raise error
+
+    monkeypatch.setattr(prior_dump, "generate", failing_generate)
+    fresh, existing = tmp_path / "fresh.h5", tmp_path / "existing.h5"
+    existing.write_bytes(b"previous dump")
+    for target in (fresh, existing):
+        with pytest.raises(type(error)):
+            prior_dump.write_dump(target, 64, 150, 5, 2, seed=0, progress=False, group_size=1)
+    assert not fresh.exists()
+    assert existing.read_bytes() == b"previous dump"
+    assert sorted(os.listdir(tmp_path)) == ["existing.h5"]               # no temp file left
+
+
+def _main(argv, capsys):
+    """Runs the CLI in-process; returns (exit code, stdout, stderr)."""
+    try:
+        code = prior_dump.main(argv)
+    except SystemExit as exc:   # argparse's own errors
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--num-datasets", "-5"], ["--rows", "3"], ["--classes", "1"], ["--features", "0"],
+    ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
+    ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
+])
+def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + ["--num-datasets", "8"] * (
+        "--num-datasets" not in argv)
+    code, out, err = _main(argv, capsys)
+    assert code == 2
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]      # nothing written
+
+
+def test_cli_error_in_a_real_process_has_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "prior_dump.py"), "--rows", "3",
+                             "--out", str(tmp_path / "x.h5")], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr and not (tmp_path / "x.h5").exists()
+
+
+def test_cli_writes_and_check_validates(tmp_path, capsys):
+    out = tmp_path / "cli.h5"
+    code, stdout, _ = _main(["--preset", "blog", "--num-datasets", "6", "--rows", "200",
+                             "--out", str(out), "--no-progress", "--device", "cpu"], capsys)
+    assert code == 0 and out.exists() and "datasets/s" in stdout
+    with h5py.File(out, "r") as f:
+        assert f["X"].shape == (6, 200, 5)
+    loaders = pytest.importorskip("loaders")
+    if not hasattr(loaders, "check_dump"):
+        pytest.skip("loaders.check_dump not available yet")
+    code, stdout, _ = _main(["--check", str(out)], capsys)
+    assert code == 0 and stdout.startswith("ok: ") and len(stdout.strip().splitlines()) == 1
+    with h5py.File(out, "r+") as f:
+        f["X"][0, 0, 0] = np.nan
+    code, stdout, _ = _main(["--check", str(out)], capsys)
+    assert code == 1 and stdout.strip() and "Traceback" not in stdout
+
+
+def test_default_dump_generated_once_then_reused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(prior_dump, "DEFAULT_DUMP_DATASETS", 64)
+    path = tmp_path / "data" / "default.h5"
+    assert prior_dump.ensure_default_dump(str(path)) == str(path)
+    first = capsys.readouterr().out
+    assert len(first.strip().splitlines()) == 1 and "generated" in first
+    mtime = path.stat().st_mtime_ns
+    prior_dump.ensure_default_dump(str(path))
+    second = capsys.readouterr().out
+    assert len(second.strip().splitlines()) == 1 and "using" in second
+    assert path.stat().st_mtime_ns == mtime
+    path.write_bytes(b"truncated")                                       # an invalid file: rebuilt
+    prior_dump.ensure_default_dump(str(path))
+    assert "generated" in capsys.readouterr().out
+    with h5py.File(path, "r") as f:
+        assert f["X"].shape == (64, 150, 5)
+    assert prior_dump.default_dump_path().endswith(".h5")
+
+
+def test_prior_is_learnable_but_not_trivial():
+    """A random forest fitted on each dataset's train part must beat chance clearly on its test part."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.metrics import roc_auc_score
+    data = _concat(prior_dump.generate(30, 150, 5, 2, seed=11))
+    scores = []
+    for x, y, f, split in zip(data["X"], data["y"], data["num_features"], data["single_eval_pos"]):
+        forest = RandomForestClassifier(n_estimators=30, random_state=0, n_jobs=1)
+        forest.fit(x[:split, :f], y[:split])
+        scores.append(roc_auc_score(y[split:], forest.predict_proba(x[split:, :f])[:, 1]))
+    scores = np.array(scores)
+    assert scores.mean() > 0.65, scores.round(2)
+    assert scores.mean() < 0.97 and scores.std() > 0.05, scores.round(2)   # varied difficulty
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_generation_is_valid_and_deterministic():
+    first = _concat(prior_dump.generate(200, 150, 5, 2, seed=0, device="cuda"))
+    again = _concat(prior_dump.generate(200, 150, 5, 2, seed=0, device="cuda"))
+    for key in first:
+        np.testing.assert_array_equal(first[key], again[key])
+    assert np.isfinite(first["X"]).all()
+    for labels, split in zip(first["y"], first["single_eval_pos"]):
+        assert set(labels[:split]) == set(labels[split:]) == {0.0, 1.0}
