@@ -1418,6 +1418,118 @@ def mode_scaling(args, command):
 
 
 # ---------------------------------------------------------------------------------------------
+# --quality: loss curves of the baseline and the best flags, and time to the Random Forest's AUC.
+
+def quality_command(dump, shape, flags, record_path, seed, extra=()):
+    """A train_optimized.py run that evaluates (unlike the timing runs) and keeps every step's loss."""
+    return [sys.executable, "train_optimized.py", "--data", dump, "--batch-size", str(shape["batch_size"]),
+            "--seed", str(seed), "--log-every", "250", "--timing-warmup", str(shape["warmup"]),
+            "--record", record_path, *extra, *flags]
+
+
+def first_reach(eval_history, bar):
+    """(step, seconds) of the first evaluation whose mean ROC AUC is >= bar, or None."""
+    for entry in eval_history or []:
+        if entry["scores"]["roc_auc"] >= bar:
+            return entry["step"], entry["train_seconds"]
+    return None
+
+
+def mode_quality(args, command):
+    """Baseline (fp32, every flag off) vs --fast: loss curves over --steps for --repeats seeds, their eval
+    scores, and a --time-budget run of --fast timed to the Random Forest's mean ROC AUC."""
+    shapes = resolve_workloads(args)
+    env0 = detect_env()
+    out_dir = args.out or default_out_dir(env0)
+    device = _dump_device(args)
+    best_flags = args.best_flags.split() if args.best_flags else ["--fast"]
+    seeds = list(range(args.repeats))
+    tmp = os.path.join(REPO, "runs", "bench-quality")
+    os.makedirs(tmp, exist_ok=True)
+    lines, results, pngs = None, {}, []
+    import profile_utils  # lazily: matplotlib is imported inside its plot functions
+    for workload, shape in shapes.items():
+        dump = ensure_dump(shape, args.dump_seed, device)
+        curves, evals = {"baseline (fp32, no flags)": [], "best: " + " ".join(best_flags): []}, {}
+        runs = []
+        for seed in seeds:  # interleaved: baseline, best, baseline, best ...
+            for name, flags in zip(curves, ([], best_flags)):
+                rec_path = os.path.join(tmp, f"{workload}-{len(runs)}.json")
+                cmd = quality_command(dump, shape, flags, rec_path, seed, ["--steps", str(shape["steps"])])
+                r = run_once(cmd, rec_path, args.run_timeout)
+                runs.append({"name": name, "seed": seed, "status": r["status"], "error": r["error"],
+                             "record": slim_record(r["record"]) if r["record"] else None})
+                if r["status"] != "ok":
+                    print(f"[{workload} quality seed {seed}] {name}: {r['status']}: {r['error']}")
+                    continue
+                ex = _extra(r["record"])
+                losses = ex["losses"]
+                curves[name].append((list(range(1, len(losses) + 1)), losses))
+                evals.setdefault(name, []).append(ex["eval"])
+                evals.setdefault("random forest", []).append(ex["random_forest"])
+                print(f"[{workload} quality seed {seed}] {name}: final loss {ex['final_loss']:.4f}, "
+                      f"roc_auc {ex['eval']['roc_auc']:.4f}", flush=True)
+        ttq = None
+        if args.time_budget:
+            rec_path = os.path.join(tmp, f"{workload}-ttq.json")
+            cmd = quality_command(dump, shape, best_flags, rec_path, 0,
+                                  ["--time-budget", str(args.time_budget), "--eval-every", str(args.eval_every)])
+            r = run_once(cmd, rec_path, args.run_timeout)
+            if r["status"] == "ok":
+                ex = _extra(r["record"])
+                bar = ex["random_forest"]["roc_auc"]
+                ttq = {"budget_s": args.time_budget, "eval_every": args.eval_every, "flags": best_flags,
+                       "steps_done": ex["steps_done"], "train_seconds": ex["train_seconds"],
+                       "final": ex["eval"], "random_forest": ex["random_forest"],
+                       "history": [(e["step"], e["train_seconds"], e["scores"]["roc_auc"]) for e in ex["eval_history"]],
+                       "first_reach": first_reach(ex["eval_history"], bar), "record": slim_record(r["record"])}
+                reach = ttq["first_reach"]
+                print(f"[{workload} time-to-quality] {args.time_budget:.0f} s: {ex['steps_done']} steps, roc_auc "
+                      f"{ex['eval']['roc_auc']:.4f} vs random forest {bar:.4f}; first reached: "
+                      + (f"step {reach[0]} at {reach[1]:.1f} s" if reach else "never"), flush=True)
+            else:
+                print(f"[{workload} time-to-quality] {r['status']}: {r['error']}")
+        env = environment_of([x["record"] for x in runs if x["record"]]) or env0
+        if lines is None:
+            lines = header_lines("Quality: the fast path learns what the baseline learns", command, env, extra=[
+                f"- seeds {seeds}: the same seed gives both configurations the same initial weights and batches; "
+                "the band in the plot is the min-max over seeds (run-to-run noise of each configuration)"])
+        path = save_plot(profile_utils.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
+                         f"{workload}: {shape['steps']} steps, {len(seeds)} seeds ({device_name(env)})")
+        pngs += [path] if path else []
+        lines += [f"## {workload} workload", "", _workload_line(shape, dump) + f"; {shape['steps']} steps", "",
+                  "| configuration | seed | final loss (mean of last 50 steps) | ROC AUC | accuracy | balanced accuracy |",
+                  "|---|---|---|---|---|---|"]
+        for x in runs:
+            if x["status"] == "ok":
+                ex = _extra(x["record"])
+                tail = ex["losses"][-50:]
+                lines.append(f"| {x['name']} | {x['seed']} | {sum(tail) / len(tail):.4f} | {ex['eval']['roc_auc']:.4f} | "
+                             f"{ex['eval']['acc']:.4f} | {ex['eval']['balanced_acc']:.4f} |")
+        for name, scores in evals.items():
+            aucs = [sc["roc_auc"] for sc in scores]
+            lines.append(f"| **{name}**: mean over seeds | | | {statistics.mean(aucs):.4f} "
+                         f"(min {min(aucs):.4f}, max {max(aucs):.4f}) | | |")
+        if ttq:
+            reach = ttq["first_reach"]
+            lines += ["", f"Time to quality (`{' '.join(best_flags)} --time-budget {ttq['budget_s']:.0f} "
+                      f"--eval-every {ttq['eval_every']}`, seed 0): {ttq['steps_done']} steps in "
+                      f"{ttq['train_seconds']:.1f} s of training; final ROC AUC {ttq['final']['roc_auc']:.4f} vs the "
+                      f"Random Forest's {ttq['random_forest']['roc_auc']:.4f}; first evaluation at or above it: "
+                      + (f"step {reach[0]}, {reach[1]:.1f} s." if reach else "none within the budget."), "",
+                      "| step | training seconds | ROC AUC |", "|---|---|---|"]
+            lines += [f"| {st} | {sec:.1f} | {auc:.4f} |" for st, sec, auc in ttq["history"]]
+        lines.append("")
+        results[workload] = {"shape": shape, "dump": os.path.relpath(dump, REPO), "runs": runs,
+                             "time_to_quality": ttq}
+    md_path, json_path = os.path.join(out_dir, "quality.md"), os.path.join(out_dir, "quality.json")
+    write_json(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(), "workloads": results})
+    write_text_atomic(md_path, "\n".join(lines))
+    print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path] + pngs))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line.
 
 def build_parser():
@@ -1453,6 +1565,9 @@ def build_parser():
                       help="profile the baseline and the best config: the blog's four tables -> profile.md")
     mode.add_argument("--loaders-only", action="store_true",
                       help="loader throughput without training (batches/s, GB/s vs host-to-device) -> loaders.md")
+    mode.add_argument("--quality", action="store_true",
+                      help="loss curves and eval of baseline vs best (--best-flags, default --fast) over "
+                           "--repeats seeds, plus a --time-budget run -> quality.md, loss-curves-<workload>.png")
     mode.add_argument("--scaling", action="store_true",
                       help="torchrun over --gpus process counts -> scaling.md, scaling-<workload>.png")
     p.add_argument("--best-flags", default=None,
@@ -1460,6 +1575,10 @@ def build_parser():
                         '--best-flags="--resident --flash" (default: the lowest median in <out>/ablation.json)')
     p.add_argument("--gpus", default=None, help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to "
                                                 "the GPU count; CPU --quick: 1,2)")
+    p.add_argument("--time-budget", type=float, default=0.0,
+                   help="--quality: also train --best-flags for this many seconds and time the first eval at "
+                        "or above the Random Forest's ROC AUC")
+    p.add_argument("--eval-every", type=int, default=500, help="--quality: steps between evals of that run")
     p.add_argument("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
     p.add_argument("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
     return p
@@ -1488,6 +1607,8 @@ def main(argv=None):
             return mode_loaders(args, command)
         if args.scaling:
             return mode_scaling(args, command)
+        if args.quality:
+            return mode_quality(args, command)
         if args.profile:
             return mode_profile(args, command)
         return mode_ablation(args, command)[0]

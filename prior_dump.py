@@ -16,20 +16,20 @@ nothing, so datasets are drawn from a structural-causal-model (SCM) prior in the
 The continuous target is cut into 2..C classes (by rank quantiles or by value thresholds, every class
 >= 10%/C of the rows), labels are permuted, every class is put in both the train and the test part.
 Features are randomly skewed / quantised, standardised per dataset, clipped to +-6, zero-padded beyond
-num_features. On 200 nano datasets a logistic regression / random forest fitted on the train part
-reach a mean test ROC AUC of about 0.78 / 0.78 (10% of datasets below 0.6, 30% above 0.9).
+num_features. On 200 nano datasets, a logistic regression / random forest fitted on the train part
+reach a mean test ROC AUC of 0.78-0.80 / 0.79-0.83 (two seeds; sd ~0.15, 5-9% of datasets < 0.6).
 
 Randomness: datasets are built in chunks of ROWS_PER_CHUNK rows (128 datasets of 150 rows, 4 of 5000)
 with batched torch ops. A chunk shares its MLP depth/width and tree shape, and has its own generators
 seeded from (seed, chunk index). The data therefore depend on (seed, rows, features, classes,
-original_batch_size, device type) only, not on group_size or the progress bar, and a dump of N
-datasets is a prefix of one of M > N. CPU and CUDA dumps differ (different torch generators); each is
-identical byte for byte when regenerated on the same device type.
+original_batch_size, device type) only, not on group_size, CPU threads or the progress bar, and a dump
+of N datasets is a prefix of one of M > N. CPU and CUDA dumps differ (different torch generators);
+each is identical byte for byte when regenerated on the same device type.
 
-Speed (datasets/s, generation only): H200 + 16-core host, CUDA: 16k of 150x5 (300k in ~20 s),
-570 of 5000x5 (30k in ~55 s); the same host on CPU (16 threads): 5.2k of 150x5, 170 of 5000x5.
-This 2-vCPU box, shared with other jobs while measured: ~1.0-1.5k of 150x5, ~30-45 of 5000x5.
-RNG and elementwise passes over the (datasets, width, rows) hidden nodes dominate on CPU.
+Speed, whole write_dump: H200 host, CUDA: nano 300k in 21 s (14k datasets/s), blog 30k in 53 s (570/s).
+Same host on CPU (16 chunk workers): 7.2k/s of 150x5, 300/s of 5000x5. A 2-vCPU box shared with other
+jobs while measured: 1.0-1.8k/s of 150x5 (the 20k default dump in 11-20 s), 31-45/s of 5000x5. On CPU the
+random draws and elementwise passes over the (datasets, width, rows) hidden nodes dominate.
 """
 import argparse
 import math
