@@ -352,21 +352,6 @@ def _in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)        # (N, H, L, D) each
 
 
-# The sliced datapoint attention changes its key length (the split) every batch. cuDNN attention,
-# which PyTorch 2.11 prefers for bf16 on Hopper, builds an execution plan on the host for each new
-# shape: on an H200 the upstream workload's bf16 step took 116 ms, host-bound, with cuDNN chosen
-# (results/nvidia-h200/ablation-upstream.md) against 18 ms for the fp32 baseline. So cuDNN is left
-# out for this call; the dispatcher still picks flash (bf16/fp16), memory-efficient or math.
-VARYING_LENGTH_SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
-
-
-def varying_length_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """F.scaled_dot_product_attention without the cuDNN backend (see VARYING_LENGTH_SDPA_BACKENDS)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([getattr(SDPBackend, name) for name in VARYING_LENGTH_SDPA_BACKENDS]):
-        return F.scaled_dot_product_attention(q, k, v)
-
-
 def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None):
     """softmax(q kᵀ / sqrt(D)) v as explicit batched small matrices (for very short sequences).
 
@@ -470,7 +455,7 @@ class TransformerEncoderLayer(nn.Module):
         q, k, v = _in_projection(attention, seqs)                        # (B*C, H, R, D) each
         if row_keys is None:
             k, v = k[:, :, :split], v[:, :, :split]                      # (B*C, H, S, D)
-            out = varying_length_sdpa(q, k, v)                           # (B*C, H, R, D); no mask: flash-eligible
+            out = F.scaled_dot_product_attention(q, k, v)                # (B*C, H, R, D); no mask: flash-eligible
         elif row_block_mask is not None:
             from torch.nn.attention.flex_attention import flex_attention
             out = flex_attention(q, k, v, block_mask=row_block_mask)     # (B*C, H, R, D)

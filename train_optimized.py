@@ -30,11 +30,7 @@ def sdpa_backend(device: torch.device, dtype: torch.dtype, num_heads: int, head_
     q = torch.zeros(2, num_heads, min(rows, 256), head_dim, device=device, dtype=dtype)
     kv = torch.zeros(2, num_heads, min(train_rows, 256), head_dim, device=device, dtype=dtype)
     try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from model import VARYING_LENGTH_SDPA_BACKENDS
-        # Asked under the same backend list the model uses for this call (cuDNN excluded).
-        with sdpa_kernel([getattr(SDPBackend, n) for n in VARYING_LENGTH_SDPA_BACKENDS]):
-            choice = torch._fused_sdp_choice(q, kv, kv)
+        choice = torch._fused_sdp_choice(q, kv, kv)
         name = {0: "math", 1: "flash", 2: "efficient", 3: "math", 4: "cudnn", 5: "overrideable"}.get(int(choice))
         # SDPBackend enum order differs across versions; map by name when the enum is available.
         try:
