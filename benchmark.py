@@ -434,13 +434,14 @@ def planned_env(args):
 def git_commit():
     """Commit of the repository, with "+dirty" when tracked files differ from it."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, timeout=30).stdout.strip()
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:  # not a checkout (a copy of the tree on a GPU machine): ask the environment
+            return os.environ.get("NANOTABPFN_GIT_COMMIT", "unknown")
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True, timeout=30).stdout.strip()
-        return (head + ("+dirty" if dirty else "")) if head else "unknown"
+        return proc.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("NANOTABPFN_GIT_COMMIT", "unknown")
 
 
 def now_iso():
@@ -1447,7 +1448,14 @@ def mode_quality(args, command):
     tmp = os.path.join(REPO, "runs", "bench-quality")
     os.makedirs(tmp, exist_ok=True)
     lines, results, pngs = None, {}, []
+    md_path, json_path = os.path.join(out_dir, "quality.md"), os.path.join(out_dir, "quality.json")
     import profile_utils  # lazily: matplotlib is imported inside its plot functions
+
+    def save_partial(workload, runs, ttq=None):
+        # Every finished run's record is on disk at once: a run cut off later loses only itself.
+        write_json(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(), "partial": True,
+                               "workloads": {**results, workload: {"runs": runs, "time_to_quality": ttq}}})
+
     for workload, shape in shapes.items():
         dump = ensure_dump(shape, args.dump_seed, device)
         curves, evals = {"baseline (fp32, no flags)": [], "best: " + " ".join(best_flags): []}, {}
@@ -1459,6 +1467,7 @@ def mode_quality(args, command):
                 r = run_once(cmd, rec_path, args.run_timeout)
                 runs.append({"name": name, "seed": seed, "status": r["status"], "error": r["error"],
                              "record": slim_record(r["record"]) if r["record"] else None})
+                save_partial(workload, runs)
                 if r["status"] != "ok":
                     print(f"[{workload} quality seed {seed}] {name}: {r['status']}: {r['error']}")
                     continue
@@ -1522,7 +1531,6 @@ def mode_quality(args, command):
         lines.append("")
         results[workload] = {"shape": shape, "dump": os.path.relpath(dump, REPO), "runs": runs,
                              "time_to_quality": ttq}
-    md_path, json_path = os.path.join(out_dir, "quality.md"), os.path.join(out_dir, "quality.json")
     write_json(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(), "workloads": results})
     write_text_atomic(md_path, "\n".join(lines))
     print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path] + pngs))

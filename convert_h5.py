@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 import loaders
+from profile_utils import fsync_dir
 from loaders import BinFormatError, DumpError, DumpInfo
 
 CHUNK_BYTES = 64 << 20  # bytes of padded X records per chunk (bounded memory)
@@ -39,20 +40,6 @@ class ConvertError(RuntimeError):
 def _write_all(handle, data: memoryview) -> None:
     """Writes every byte of `data` (one place, so tests can simulate a full disk here)."""
     handle.write(data)
-
-
-def _fsync_dir(folder: str) -> None:
-    """Makes the renames durable (best effort: some file systems refuse to open a directory)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
@@ -200,7 +187,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
         published.append(y_bin)
         loaders.write_sidecar(sidecar, info, x_bin, y_bin)  # LAST: makes the conversion valid
         published.append(sidecar)
-        _fsync_dir(folder)
+        fsync_dir(folder)
         if verify:
             loaders.read_sidecar(sidecar, info)  # the loader's own acceptance check
     except BaseException as exc:

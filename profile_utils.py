@@ -846,7 +846,8 @@ def to_jsonable(obj):
     raise TypeError(f"cannot write {type(obj).__name__} to JSON: {obj!r:.80}")
 
 
-def _fsync_dir(folder):
+def fsync_dir(folder):
+    """Makes renames in `folder` durable (best effort: some file systems refuse to open a directory)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -877,7 +878,7 @@ def _write_atomic(path, write):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
 
 def write_json_atomic(path, obj):
@@ -932,7 +933,8 @@ def environment_record(device="cpu"):
         "gpu_capability", "driver", "cpu_count", "time_utc".
     """
     repo = os.path.dirname(os.path.abspath(__file__))
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    # A copy of the tree without .git (a GPU machine) gets its commit from the environment.
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo) or os.environ.get("NANOTABPFN_GIT_COMMIT")
     status = _run(["git", "status", "--porcelain"], cwd=repo)
     dirty = untracked = None
     if status is not None:

@@ -519,6 +519,7 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)  # the training clock must include queued GPU work
                     train_seconds += time.perf_counter() - clock
+                    clock = time.perf_counter()  # counted up to here; logging/eval below are not training
                     if at_log and losses:
                         recent = timer.recent(config.log_every)
                         log(f"step {step:6d} | loss {losses[-1]:.4f} | step {recent['step_ms']:.1f} ms"
@@ -662,6 +663,8 @@ def add_common_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--profile", action="store_true",
                         help="torch.profiler over a few steps: the blog's four tables and a trace")
     parser.add_argument("--profile-dir", default=d.profile_dir, help="where the profiler trace goes")
+    parser.add_argument("--time-budget", type=float, default=d.time_budget,
+                        help="train for this many seconds (clock paused during eval) instead of --steps")
     parser.add_argument("--no-eval", action="store_true", help="skip the final sklearn evaluation")
     parser.add_argument("--record", default=None, help="write the run record (JSON) to this path")
     parser.add_argument("--ckpt", default=None, help="checkpoint file (written atomically)")
@@ -761,6 +764,7 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
                              log_every=args.log_every, profile=args.profile, profile_dir=args.profile_dir,
                              timing_warmup=args.timing_warmup, ckpt=args.ckpt or "", save_every=args.save_every,
                              pad_rows=int(info.num_datapoints.max()), pad_features=int(info.num_features.max()),
+                             time_budget=args.time_budget,
                              **(config_overrides or {}))
         set_seed(args.seed)
         model_config = ModelConfig(num_outputs=max(2, info.max_num_classes), **(model_overrides or {}))

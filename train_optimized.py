@@ -85,8 +85,6 @@ def build_parser():
                    help="with --flash: attention between features as SDPA or an explicit small-matrix form")
     m.add_argument("--padded-attention", choices=["sdpa", "flex"], default="sdpa",
                    help="with --cuda-graphs: masked datapoint attention as SDPA+mask or flex_attention")
-    m.add_argument("--time-budget", type=float, default=0.0,
-                   help="train for this many seconds (clock paused during eval) instead of --steps")
     m.add_argument("--fast", action="store_true", help="the best-known combination (README says which flags)")
     return parser
 
@@ -198,7 +196,7 @@ def main(argv=None):
     model_overrides = {"attention": "flash" if args.flash else "torch", "checkpoint": args.checkpoint,
                        "feature_attention": args.feature_attention, "padded_attention": args.padded_attention}
     config_overrides = {"amp": args.amp, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
-                        "fused_optimizer": args.fused_optimizer, "time_budget": args.time_budget,
+                        "fused_optimizer": args.fused_optimizer,
                         "sync_every_step": not args.async_loss}
 
     def prepare_model(model, device):

@@ -290,3 +290,13 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
     data["workloads"]["blog"]["steps"] += 1                                        # another shape: nothing
     path.write_text(json.dumps(data))
     assert benchmark.load_previous(str(path), shapes, dumps, args) == {}
+
+
+def test_first_reach_finds_the_first_eval_at_or_above_the_bar():
+    import benchmark
+    history = [{"step": 100, "train_seconds": 1.0, "scores": {"roc_auc": 0.80}},
+               {"step": 200, "train_seconds": 2.0, "scores": {"roc_auc": 0.95}},
+               {"step": 300, "train_seconds": 3.0, "scores": {"roc_auc": 0.97}}]
+    assert benchmark.first_reach(history, 0.95) == (200, 2.0)
+    assert benchmark.first_reach(history, 0.99) is None
+    assert benchmark.first_reach([], 0.5) is None
