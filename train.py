@@ -522,8 +522,9 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                     clock = time.perf_counter()  # counted up to here; logging/eval below are not training
                     if at_log and losses:
                         recent = timer.recent(config.log_every)
-                        log(f"step {step:6d} | loss {losses[-1]:.4f} | step {recent['step_ms']:.1f} ms"
-                            f" | data {recent['data_ms']:.1f} ms | {train_seconds:.1f} s")
+                        ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
+                        log(f"step {step:6d} | loss {losses[-1]:.4f} | step {ms(recent['step_ms'])} ms"
+                            f" | data {ms(recent['data_ms'])} ms | {train_seconds:.1f} s")
                     if at_eval and rank == 0:
                         scores = run_eval()
                         eval_history.append({"step": step, "train_seconds": train_seconds, "scores": scores})
