@@ -109,7 +109,10 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, train_mode=True))
+        # capturable=True: Optimizer.load_state_dict then keeps each 'step' tensor on its parameter's
+        # device (otherwise a resumed step counter lands on the CPU, outside any CUDA graph).
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, train_mode=True,
+                                      capturable=True))
         for group in self.param_groups:  # state allocated up front: graph capture needs it to exist
             for p in group["params"]:
                 self.state[p].update(z=p.detach().clone(), exp_avg_sq=torch.zeros_like(p),
@@ -229,6 +232,9 @@ class GraphedTrainStep:
 
     def __init__(self, model, optimizer, config: "TrainConfig", batch_size: int, rows: int, features: int,
                  device: torch.device):
+        if not isinstance(optimizer, FusedScheduleFreeAdamW):
+            # schedulefree's step computes its scalars in Python: a graph would freeze them at capture.
+            raise ValueError("--cuda-graphs needs the graph-safe optimizer (--fused-optimizer, schedule-free)")
         self.model, self.optimizer, self.config, self.device = model, optimizer, config, device
         self.x = torch.zeros(batch_size, rows, features, device=device)      # (B, R_max, F_max)
         self.y = torch.zeros(batch_size, rows, device=device)                # (B, R_max)
@@ -294,6 +300,9 @@ class GraphedTrainStep:
 # Checkpoints: everything needed to continue bit for bit, written atomically.
 
 CHECKPOINT_FORMAT = 1
+# Model fields that change how the same function is computed, not the parameters: a checkpoint
+# trained with one setting resumes with another.
+SPEED_ONLY_MODEL_FIELDS = ("attention", "feature_attention", "padded_attention", "checkpoint")
 
 
 class CheckpointError(ValueError):
@@ -326,7 +335,7 @@ def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list
     loads); "train_state" holds what resuming needs.
     """
     state = {"format": CHECKPOINT_FORMAT, "model_config": meta["model_config"],
-             "model": inference_state_dict(model, optimizer), "data": meta["data"],
+             "model": inference_state_dict(model, optimizer), "data": meta["data"], "optimizer": meta["optimizer"],
              "global_batch": meta["global_batch"], "step": step,
              "train_state": {"model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
                              "loader": loader.state_dict(), "rng": rng_state(), "losses": list(losses),
@@ -360,9 +369,13 @@ def load_checkpoint(path: str, meta: dict) -> dict:
         raise CheckpointError(f"checkpoint {path} has format {state['format']}, newer than this code "
                               f"({CHECKPOINT_FORMAT})")
     diff = [f"{k}={state['model_config'].get(k)!r} (this run: {v!r})"
-            for k, v in meta["model_config"].items() if k != "attention" and state["model_config"].get(k) != v]
+            for k, v in meta["model_config"].items()
+            if k not in SPEED_ONLY_MODEL_FIELDS and state["model_config"].get(k) != v]
     if diff:
         raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
+    if state.get("optimizer") != meta["optimizer"]:
+        raise CheckpointError(f"checkpoint {path} was trained with optimizer {state.get('optimizer')}, this run "
+                              f"uses {meta['optimizer']}: its state cannot continue in another optimizer")
     if state["data"] != meta["data"]:
         raise CheckpointError(f"checkpoint {path} was trained on a different dump: {state['data']} "
                               f"(this run: {meta['data']})")
@@ -416,7 +429,8 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
         graphed = GraphedTrainStep(model, optimizer, config, config.batch_size, config.pad_rows,
                                    config.pad_features, device)
     phases = ("data", "step") if graphed else ("data", "forward", "backward", "optimizer")
-    timer = StepTimer(device, warmup_steps=config.timing_warmup, phases=phases)
+    timer = StepTimer(device, warmup_steps=config.timing_warmup, phases=phases,
+                      compute_phases=("step",) if graphed else None)
     profiler = TrainingProfiler(device, out_dir=config.profile_dir) if config.profile else None
     log = print if (rank == 0 and not config.quiet) else (lambda *a: None)
     model.train()
@@ -500,13 +514,19 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                 step += 1
 
                 at_log = step % config.log_every == 0 or step == config.steps
-                at_eval = eval_fn is not None and config.eval_every > 0 and step % config.eval_every == 0
-                at_save = config.ckpt and config.save_every > 0 and step % config.save_every == 0
+                # Eval points depend on the config only, so they are the same step on every rank (only
+                # rank 0 evaluates, but every rank joins the collectives below at that step).
+                at_eval = config.eval_every > 0 and step % config.eval_every == 0
+                at_save = bool(config.ckpt) and config.save_every > 0 and step % config.save_every == 0
                 at_check = at_log or at_eval or at_save
                 stop_now = stop.requested is not None
-                budget_hit = (config.time_budget > 0 and at_check and
-                              train_seconds + time.perf_counter() - clock >= config.time_budget)
-                if world_size > 1:
+                if world_size == 1:
+                    # Host clock, no sync: cheap enough to check every step (exact time is taken below).
+                    budget_hit = (config.time_budget > 0 and
+                                  train_seconds + time.perf_counter() - clock >= config.time_budget)
+                else:
+                    budget_hit = (config.time_budget > 0 and at_check and
+                                  train_seconds + time.perf_counter() - clock >= config.time_budget)
                     if at_check:
                         # Every rank must stop at the same step: agree where the ranks sync anyway (MAX).
                         flag = torch.tensor([float(stop_now), float(budget_hit)], device=device)
@@ -514,32 +534,31 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                         stop_now, budget_hit = bool(flag[0] > 0), bool(flag[1] > 0)
                     else:
                         stop_now = False
-                if at_check or stop_now:
+                if at_check or stop_now or budget_hit:
                     read_back()
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)  # the training clock must include queued GPU work
                     train_seconds += time.perf_counter() - clock
-                    clock = time.perf_counter()  # counted up to here; logging/eval below are not training
                     if at_log and losses:
                         recent = timer.recent(config.log_every)
                         ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
                         log(f"step {step:6d} | loss {losses[-1]:.4f} | step {ms(recent['step_ms'])} ms"
                             f" | data {ms(recent['data_ms'])} ms | {train_seconds:.1f} s")
-                    if at_eval and rank == 0:
+                    if at_eval and eval_fn is not None and rank == 0:
                         scores = run_eval()
                         eval_history.append({"step": step, "train_seconds": train_seconds, "scores": scores})
                         log(f"eval   {step:6d} | roc_auc {scores['roc_auc']:.4f} | acc {scores['acc']:.4f}"
                             f" | balanced_acc {scores['balanced_acc']:.4f}")
                     if at_save:
                         save("every %d steps" % config.save_every)
-                    if budget_hit and not stop_now:
-                        log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
-                        break
                     if stop_now:
                         save(f"{stop.requested or 'stop'} received")
                         log(f"stopping at step {step} on {stop.requested or 'a stop request on another rank'}")
+                    elif budget_hit:
+                        log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
+                    clock = time.perf_counter()  # restart after logging/eval/saves: they are not training time
+                    if stop_now or budget_hit:
                         break
-                    clock = time.perf_counter()  # restart after logging/eval: they are not training time
         if config.ckpt and stop.requested is None and (config.save_every == 0 or step % config.save_every):
             read_back()
             save("end of run")
@@ -755,6 +774,9 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
         rank, world_size, device = init_distributed(args.device)
         if rank != 0:
             sys.stdout = open(os.devnull, "w")  # only rank 0 prints; errors still reach stderr
+        for flag in ("steps", "batch_size", "log_every"):
+            if getattr(args, flag) < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
         data = resolve_data(args.data)
         info = open_dump(data)
         if args.batch_size * world_size > info.num_datasets:
@@ -770,7 +792,8 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
         set_seed(args.seed)
         model_config = ModelConfig(num_outputs=max(2, info.max_num_classes), **(model_overrides or {}))
         checkpoint_meta = {"model_config": asdict(model_config), "data": dump_identity(info),
-                           "global_batch": args.batch_size * world_size}
+                           "global_batch": args.batch_size * world_size,
+                           "optimizer": f"{config.optimizer}{'+fused' if config.fused_optimizer else ''}"}
         resume_state = None
         if args.resume:
             if not args.ckpt:

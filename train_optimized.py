@@ -18,32 +18,32 @@ SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
 def sdpa_backend(device: torch.device, dtype: torch.dtype, num_heads: int, head_dim: int,
-                 rows: int, train_rows: int) -> str:
+                 rows: int, train_rows: int, masked: bool = False) -> str:
     """Names the scaled_dot_product_attention kernel PyTorch picks for the datapoint attention.
 
-    Flash attention needs fp16/bf16 on CUDA; in fp32 SDPA falls back to the memory-efficient or the
-    math kernel, and on CPU it runs its CPU kernels. Asks the dispatcher itself (torch._fused_sdp_choice)
-    on small tensors of the real head count, head dim and dtype, so what is printed is what runs.
+    Flash attention needs fp16/bf16 on CUDA and takes no mask; in fp32, or with the key mask of the
+    padded (--cuda-graphs) path, SDPA falls back to the cuDNN, memory-efficient or math kernel; on
+    CPU it runs its CPU kernels. Asks the dispatcher itself (torch._fused_sdp_choice) on small
+    tensors of the real head count, head dim, dtype and masking, so what is printed is what runs.
     """
     if device.type != "cuda":
         return f"cpu ({str(dtype).replace('torch.', '')}; flash kernels need CUDA)"
     q = torch.zeros(2, num_heads, min(rows, 256), head_dim, device=device, dtype=dtype)
-    kv = torch.zeros(2, num_heads, min(train_rows, 256), head_dim, device=device, dtype=dtype)
+    keys = q.shape[2] if masked else min(train_rows, 256)
+    kv = torch.zeros(2, num_heads, keys, head_dim, device=device, dtype=dtype)
+    mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=device) if masked else None
     try:
-        choice = torch._fused_sdp_choice(q, kv, kv)
-        name = {0: "math", 1: "flash", 2: "efficient", 3: "math", 4: "cudnn", 5: "overrideable"}.get(int(choice))
-        # SDPBackend enum order differs across versions; map by name when the enum is available.
-        try:
-            from torch.nn.attention import SDPBackend
-            name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
-                    SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}.get(SDPBackend(int(choice)), name)
-        except (ImportError, ValueError, AttributeError):
-            pass
-    except (AttributeError, RuntimeError):
+        from torch.nn.attention import SDPBackend
+        choice = SDPBackend(int(torch._fused_sdp_choice(q, kv, kv, attn_mask=mask)))
+        name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
+                SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}.get(choice, choice.name.lower())
+    except (AttributeError, RuntimeError, ValueError, ImportError):
         name = "unknown (torch._fused_sdp_choice unavailable)"
-    why = "" if name == "flash" else (" — no flash kernel for fp32; use --amp bf16 for flash"
-                                      if dtype == torch.float32 else "")
-    return f"{name} ({str(dtype).replace('torch.', '')}, head dim {head_dim}){why}"
+    why = ""
+    if name != "flash":
+        why = (" — key mask of the padded step: flash takes no mask" if masked else
+               " — no flash kernel for fp32; use --amp bf16 for flash" if dtype == torch.float32 else "")
+    return f"{name} ({str(dtype).replace('torch.', '')}, head dim {head_dim}{', masked' if masked else ''}){why}"
 
 
 def build_parser():
@@ -98,9 +98,14 @@ def apply_fast(args, max_rows: int):
     """
     for flag in FAST_FLAGS:
         setattr(args, flag, True)
-    args.amp = "bf16"
-    args.feature_attention = "matmul"
-    args.cuda_graphs = max_rows <= FAST_GRAPHS_MAX_ROWS
+    # Only values left at their defaults are filled in: an explicit choice wins.
+    if args.amp == "off":
+        args.amp = "bf16"
+    if args.feature_attention == "sdpa":
+        args.feature_attention = "matmul"
+    # Graphs are refused under torchrun (DDP's hooks run outside the graph), so --fast leaves them off there.
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    args.cuda_graphs = args.cuda_graphs or (max_rows <= FAST_GRAPHS_MAX_ROWS and not distributed)
     return args
 
 
@@ -135,7 +140,7 @@ def describe_run(args):
             split = int(info.splits[0])
             dtype = torch.bfloat16 if args.amp == "bf16" else torch.float32
             backend = sdpa_backend(device, dtype, cfg.num_attention_heads, head_dim,
-                                   int(info.num_datapoints.max()), split)
+                                   int(info.num_datapoints.max()), split, masked=args.cuda_graphs)
             lines.append(f"  {'--flash':<22s} active: SDPA path, one datapoint-attention call; kernel: {backend}")
         cuda = device.type == "cuda"
         ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -150,8 +155,8 @@ def describe_run(args):
                  "inactive: no CUDA here; the same static-shape padded step runs eagerly (no graph)"),
                 ("--fused-optimizer", args.fused_optimizer,
                  "active: schedule-free AdamW in foreach kernels with device-side scalars"
-                 if args.optimizer == "schedulefree" else "inactive: torch AdamW is already fused on CUDA"),
-                ("--async-loss", args.async_loss or ddp or args.cuda_graphs,
+                 + (" (required by --cuda-graphs)" if args.cuda_graphs else "")),
+                ("--async-loss", args.async_loss or ddp,
                  f"active: loss read back every {args.log_every} steps, no host sync per step"),
                 ("--checkpoint", args.checkpoint, "active: each layer recomputed in backward"),
                 ("--feature-attention", args.feature_attention != "sdpa", f"active: {args.feature_attention}"),
@@ -186,6 +191,17 @@ def main(argv=None):
         print("error: --feature-attention/--padded-attention choose among --flash implementations; add --flash",
               file=sys.stderr)
         return 2
+    if args.padded_attention != "sdpa" and not args.cuda_graphs:
+        print("error: --padded-attention only changes the padded step of --cuda-graphs; add --cuda-graphs",
+              file=sys.stderr)
+        return 2
+    if args.cuda_graphs and args.optimizer != "schedulefree":
+        print("error: --cuda-graphs captures the optimizer step and needs the graph-safe schedule-free "
+              "optimizer (--optimizer schedulefree)", file=sys.stderr)
+        return 2
+    if args.cuda_graphs:
+        # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
+        args.fused_optimizer = True
     if args.cuda_graphs and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         print("error: --cuda-graphs is not supported under torchrun (DDP's gradient hooks run outside "
               "the graph); drop it for multi-GPU runs", file=sys.stderr)

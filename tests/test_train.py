@@ -194,7 +194,8 @@ def test_ddp_gloo_two_ranks_disjoint_data_identical_parameters(dump, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                         "train_optimized.py", "--data", dump, "--batch-size", "4", "--steps", "6", "--device", "cpu",
-                        *FAST, "--record", str(rec_path)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                        "--log-every", "5", "--timing-warmup", "1", "--eval-every", "2",  # rank 0 evaluates mid-run
+                        "--record", str(rec_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(rec_path.read_text())
@@ -214,6 +215,7 @@ def test_ddp_gloo_two_ranks_disjoint_data_identical_parameters(dump, tmp_path):
             assert value == pytest.approx(want, rel=1e-9), (rank, k)
     assert r0["batch_fingerprints"] != r1["batch_fingerprints"]
     assert p.stdout.count("done:") == 1  # only rank 0 prints
+    assert [e["step"] for e in rec["eval_history"]] == [2, 4, 6]  # evals mid-run did not desync the ranks
 
 
 def test_fused_schedule_free_matches_the_package():
@@ -256,3 +258,65 @@ def test_time_budget_stops_the_run(dump, tmp_path):
                                              "--record", str(tmp_path / "t.json")])
     assert code == 0
     assert 2.0 <= rec["train_seconds"] < 30 and rec["steps_done"] >= 1
+
+
+def test_eval_time_is_not_training_time_when_a_budget_ends_the_run(dump):
+    """The clock pauses for evaluation, also on the step where the time budget stops the run."""
+    import time as _time
+    import train as T
+    from loaders import make_loader
+    from model import NanoTabPFNModel
+    T.set_seed(0)
+    model = NanoTabPFNModel()
+    loader = make_loader(dump, 4, torch.device("cpu"))
+    config = T.TrainConfig(batch_size=4, time_budget=0.3, eval_every=2, log_every=2, timing_warmup=0, quiet=True)
+    slow_eval = lambda classifier: (_time.sleep(1.5), {"roc_auc": 0.5, "acc": 0.5, "balanced_acc": 0.5})[1]
+    result = T.train(model, loader, config, eval_fn=slow_eval)
+    assert result.eval_history, "the slow eval ran"
+    assert result.train_seconds < 1.5 + 0.3, result.train_seconds   # no 1.5 s eval counted as training
+
+
+def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
+    from train import FusedScheduleFreeAdamW
+    src = torch.nn.Linear(3, 2)
+    opt = FusedScheduleFreeAdamW(src.parameters(), lr=1e-3)
+    src(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    dst = torch.nn.Linear(3, 2, dtype=torch.float64)  # another "device" stand-in: dtype must follow the param
+    other = FusedScheduleFreeAdamW(dst.parameters(), lr=1e-3)
+    other.load_state_dict(opt.state_dict())
+    for p in dst.parameters():
+        st = other.state[p]
+        assert st["step"].device == p.device and st["step"].dtype == torch.float32 and float(st["step"]) == 1.0
+        assert st["z"].dtype == p.dtype
+
+
+@pytest.mark.parametrize("flags, expect", [
+    (["--flash", "--padded-attention", "flex"], "--cuda-graphs"),
+    (["--flash", "--cuda-graphs", "--optimizer", "adamw"], "schedule-free"),
+    (["--log-every", "0"], "--log-every"),
+])
+def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
+    p = script(["train_optimized.py", "--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval", *flags])
+    assert p.returncode == 2 and expect in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_notices_only_claim_what_runs(dump, capsys):
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", "--flash",
+                                           "--cuda-graphs", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "--async-loss" not in out                      # not requested: the loss is read every step
+    assert "--fused-optimizer" in out and "required by --cuda-graphs" in out
+
+
+def test_resume_with_another_optimizer_is_a_one_line_error(dump, tmp_path):
+    ck = tmp_path / "o.pt"
+    common = ["train_optimized.py", "--data", dump, "--batch-size", "4", "--steps", "3", *FAST]
+    assert script([*common, "--ckpt", str(ck), "--fused-optimizer"]).returncode == 0
+    p = script([*common, "--steps", "5", "--ckpt", str(ck), "--resume"])
+    assert p.returncode == 2 and "optimizer" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    # a speed-only switch (--flash, --feature-attention) is not a different model: resuming works
+    p = script([*common, "--steps", "5", "--ckpt", str(ck), "--resume", "--fused-optimizer", "--flash",
+                "--feature-attention", "matmul"])
+    assert p.returncode == 0, p.stderr
