@@ -1472,7 +1472,7 @@ def mode_quality(args, command):
                     print(f"[{workload} quality seed {seed}] {name}: {r['status']}: {r['error']}")
                     continue
                 ex = _extra(r["record"])
-                losses = ex["losses"]
+                losses = ex.get("losses") or []
                 curves[name].append((list(range(1, len(losses) + 1)), losses))
                 evals.setdefault(name, []).append(ex["eval"])
                 evals.setdefault("random forest", []).append(ex["random_forest"])
@@ -1531,10 +1531,16 @@ def mode_quality(args, command):
         lines.append("")
         results[workload] = {"shape": shape, "dump": os.path.relpath(dump, REPO), "runs": runs,
                              "time_to_quality": ttq}
+    all_runs = [x for w in results.values() for x in w["runs"]]
+    if not any(x["status"] == "ok" for x in all_runs):
+        print("no quality run produced a record; quality.md not written")
+        return 1
     write_json(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(), "workloads": results})
     write_text_atomic(md_path, "\n".join(lines))
     print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path] + pngs))
-    return 0
+    failed = any(x["status"] != "ok" for x in all_runs) or any(
+        args.time_budget and not w["time_to_quality"] for w in results.values())
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1626,6 +1632,9 @@ def main(argv=None):
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted: runs finished so far are in their records; rerun with --resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

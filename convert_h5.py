@@ -156,8 +156,12 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
             for first in range(0, N, chunk):
                 count = min(chunk, N - first)
                 xs, ys = stage_x[:count], stage_y[:count]
-                X.read_direct(xs, source_sel=np.s_[first:first + count])
-                Y.read_direct(ys, source_sel=np.s_[first:first + count])
+                try:
+                    X.read_direct(xs, source_sel=np.s_[first:first + count])
+                    Y.read_direct(ys, source_sel=np.s_[first:first + count])
+                except OSError as exc:  # the source failed, not the output folder: say which
+                    raise ConvertError(f"{info.path}: reading datasets {first}..{first + count - 1} failed "
+                                       f"({str(exc).splitlines()[0]}); partial files removed") from None
                 x_problem, y_problem = loaders._scan_values_problems(xs, ys, first,
                                                                      info.max_num_classes)
                 if x_problem or y_problem:

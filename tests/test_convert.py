@@ -303,3 +303,43 @@ def test_cli_in_process_up_to_date_force_and_newer(dump, capsys):
     assert convert_h5.main([dump, "--no-progress", "--force"]) == 0
     assert json.load(open(sidecar))["format_version"] == loaders.BIN_FORMAT_VERSION
     assert convert_h5.main([dump, "--chunk-datasets", "0"]) == 2
+
+
+def test_concurrent_conversions_of_one_dump_do_not_break_each_other(tmp_path):
+    """torchrun ranks asking for the same missing .bin at once: one converts, the others wait and reuse it."""
+    import multiprocessing as mp
+    from conftest import write_tiny_dump
+    dump = write_tiny_dump(tmp_path / "race.h5", num_datasets=400, rows=40, features=5, seed=11)
+    ctx = mp.get_context("fork")
+    with ctx.Pool(3) as pool:
+        for _ in range(8):  # the race is a timing window: several fresh rounds make it show reliably
+            for path in loaders.bin_paths(dump):
+                if os.path.exists(path):
+                    os.remove(path)
+            results = pool.map(_make_bin_loader_and_read, [dump] * 3)
+            assert all(r == "ok" for r in results), results
+
+
+def _make_bin_loader_and_read(dump):
+    import torch
+    import loaders
+    try:
+        with loaders.make_loader(dump, 4, torch.device("cpu"), kind="bin") as loader:
+            next(iter(loader))
+        return "ok"
+    except Exception as e:  # report, do not raise across the pool
+        return f"{type(e).__name__}: {e}"
+
+
+def test_float64_values_that_overflow_float32_are_rejected(tmp_path):
+    import h5py
+    import loaders
+    from conftest import write_tiny_dump
+    path = write_tiny_dump(tmp_path / "big.h5", num_datasets=8, rows=20, features=3)
+    with h5py.File(path, "r+") as f:
+        X = f["X"][:].astype(np.float64)
+        X[3, 0, 0] = 1e39
+        del f["X"]
+        f.create_dataset("X", data=X)
+    with pytest.raises(loaders.DumpError, match="NaN or Inf"):
+        loaders.open_dump(path)
