@@ -671,6 +671,10 @@ def load_previous(path, shapes, dumps, args):
         print("resume: --quick, --device or --train-args differ from the earlier run; running everything",
               flush=True)
         return {}
+    if data.get("code_sources") != code_sources():
+        print("resume: the code that shapes a run changed since the earlier runs (or they predate this check); "
+              "running everything", flush=True)
+        return {}
     same = {w for w in shapes
             if (data.get("workloads") or {}).get(w) == {**shapes[w], "dump": os.path.relpath(dumps[w], REPO)}}
     current = {name: flags for name, flags, _ in CONFIGS}
@@ -685,6 +689,21 @@ def train_sources():
     """sha256 of train.py + train_optimized.py (to know whether a flag rejection is still current)."""
     digest = hashlib.sha256()
     for name in ("train.py", "train_optimized.py"):
+        try:
+            with open(os.path.join(REPO, name), "rb") as f:
+                digest.update(f.read())
+        except OSError:
+            pass
+    return digest.hexdigest()
+
+
+MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "profile_utils.py", "prior_dump.py")
+
+
+def code_sources():
+    """sha256 of every file that shapes a measured run: --resume reuses runs only while it matches."""
+    digest = hashlib.sha256()
+    for name in MEASURED_SOURCES:
         try:
             with open(os.path.join(REPO, name), "rb") as f:
                 digest.update(f.read())
@@ -869,7 +888,7 @@ def mode_ablation(args, command):
         "command": command, "date": now_iso(), "git_commit": git_commit(), "device": device_name(env),
         "environment": env, "quick": args.quick, "repeats": args.repeats, "order": "interleaved",
         "device_arg": args.device, "train_args": args.train_args_list, "complete": not pending,
-        "train_sources": train_sources(),
+        "train_sources": train_sources(), "code_sources": code_sources(),
         "workloads": {w: {**shapes[w], "dump": os.path.relpath(dumps[w], REPO)} for w in shapes},
         "configs": [{"name": n, "flags": config_flags(n), "group": config_group(n)} for n in args.config_list],
         "rows": all_rows, "targets": TARGETS, "plots": [os.path.basename(p) for p in pngs],

@@ -278,7 +278,7 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
             {**ok, "workload": "upstream"},                                        # not a workload now
             {**ok, "config": "compile", "flags": ["--compile"], "status": "unsupported", "record": None}]
     data = {"quick": True, "device_arg": "auto", "train_args": [], "runs": runs,
-            "train_sources": benchmark.train_sources(),
+            "train_sources": benchmark.train_sources(), "code_sources": benchmark.code_sources(),
             "workloads": {"blog": {**shapes["blog"], "dump": "data/bench/x.h5"}}}
     path = tmp_path / "ablation.json"
     path.write_text(json.dumps(data))
@@ -288,6 +288,10 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
     path.write_text(json.dumps(data))
     assert list(benchmark.load_previous(str(path), shapes, dumps, args)) == [("blog", 1, "flash")]
     data["workloads"]["blog"]["steps"] += 1                                        # another shape: nothing
+    path.write_text(json.dumps(data))
+    assert benchmark.load_previous(str(path), shapes, dumps, args) == {}
+    data["workloads"]["blog"]["steps"] -= 1
+    data["code_sources"] = "measured with other code"                              # code changed: nothing
     path.write_text(json.dumps(data))
     assert benchmark.load_previous(str(path), shapes, dumps, args) == {}
 
