@@ -685,16 +685,20 @@ def load_previous(path, shapes, dumps, args):
             and r["workload"] in same and r["config"] in current and r.get("flags") == current[r["config"]]}
 
 
-def train_sources():
-    """sha256 of train.py + train_optimized.py (to know whether a flag rejection is still current)."""
+def _sources_digest(names):
     digest = hashlib.sha256()
-    for name in ("train.py", "train_optimized.py"):
+    for name in names:
         try:
             with open(os.path.join(REPO, name), "rb") as f:
                 digest.update(f.read())
         except OSError:
             pass
     return digest.hexdigest()
+
+
+def train_sources():
+    """sha256 of train.py + train_optimized.py (to know whether a flag rejection is still current)."""
+    return _sources_digest(("train.py", "train_optimized.py"))
 
 
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "profile_utils.py", "prior_dump.py")
@@ -702,14 +706,7 @@ MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", 
 
 def code_sources():
     """sha256 of every file that shapes a measured run: --resume reuses runs only while it matches."""
-    digest = hashlib.sha256()
-    for name in MEASURED_SOURCES:
-        try:
-            with open(os.path.join(REPO, name), "rb") as f:
-                digest.update(f.read())
-        except OSError:
-            pass
-    return digest.hexdigest()
+    return _sources_digest(MEASURED_SOURCES)
 
 
 def config_flags(name):
