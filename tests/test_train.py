@@ -282,13 +282,13 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     opt = FusedScheduleFreeAdamW(src.parameters(), lr=1e-3)
     src(torch.randn(4, 3)).sum().backward()
     opt.step()
-    dst = torch.nn.Linear(3, 2, dtype=torch.float64)  # another "device" stand-in: dtype must follow the param
+    dst = torch.nn.Linear(3, 2, device="meta")  # another device (stands in for CUDA on a CPU machine)
     other = FusedScheduleFreeAdamW(dst.parameters(), lr=1e-3)
     other.load_state_dict(opt.state_dict())
     for p in dst.parameters():
         st = other.state[p]
-        assert st["step"].device == p.device and st["step"].dtype == torch.float32 and float(st["step"]) == 1.0
-        assert st["z"].dtype == p.dtype
+        assert st["step"].device == p.device and st["step"].dtype == torch.float32
+        assert st["z"].device == p.device
 
 
 @pytest.mark.parametrize("flags, expect", [
