@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from loaders import DumpError, make_loader, open_dump
+from loaders import DumpError, make_loader, metadata_sha256, open_dump
 from model import ModelConfig, NanoTabPFNClassifier, NanoTabPFNModel, padded_test_row_mask
 from profile_utils import StepTimer, TrainingProfiler, diagnose
 
@@ -724,13 +724,11 @@ def final_report(result: TrainResult, scores=None, reference=None) -> list:
 
 
 def dump_identity(info) -> dict:
-    """What a checkpoint must match to resume on a dump: shapes and a hash of the per-dataset metadata."""
-    import hashlib
-    h = hashlib.sha256()
-    for a in (info.num_features, info.num_datapoints, info.splits):
-        h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    """What a checkpoint must match to resume on a dump: shapes and a hash of the per-dataset metadata
+    (the same checksum the .bin sidecar carries)."""
+    digest = metadata_sha256(info.num_features, info.num_datapoints, info.splits)
     return {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
-            "metadata_sha256": h.hexdigest()[:16]}
+            "metadata_sha256": digest[:16]}
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
