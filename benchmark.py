@@ -53,6 +53,8 @@ CONFIGS = [
      "beyond"),
     ("+fused+async", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
                       "--fused-optimizer", "--async-loss"], "beyond"),
+    ("+flash-kernel", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+                       "--fused-optimizer", "--async-loss", "--sdpa-backend", "flash"], "beyond"),
     ("+cuda-graphs", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
                       "--fused-optimizer", "--async-loss", "--cuda-graphs"], "beyond"),
     ("fast", ["--fast"], "beyond"),

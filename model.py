@@ -27,6 +27,8 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 ATTENTION_CHOICES = ("torch", "flash")
 FEATURE_ATTENTION_CHOICES = ("sdpa", "matmul")
 PADDED_ATTENTION_CHOICES = ("sdpa", "flex")
+# SDPA kernels the datapoint attention may be pinned to ("auto": PyTorch's dispatcher chooses).
+SDPA_BACKEND_CHOICES = ("auto", "flash", "efficient", "cudnn", "math")
 
 
 @dataclass
@@ -52,6 +54,11 @@ class ModelConfig:
             has no backward). Needs attention="flash" and a head size >= 16.
         checkpoint: recompute each layer in the backward pass (torch.utils.checkpoint) instead of
             storing its activations, so long tables fit; same outputs and gradients.
+        sdpa_backend: the kernel of the "flash" path's datapoint attention: "auto" (PyTorch's
+            dispatcher picks; for bf16 on Hopper in torch 2.11 that is cuDNN, which builds a new
+            execution plan on the host for every new split length) or one of "flash", "efficient",
+            "cudnn", "math" (torch.nn.attention.sdpa_kernel; a call that kernel cannot serve raises
+            instead of falling back). Needs attention="flash".
     """
     embedding_size: int = 96
     num_attention_heads: int = 4
@@ -62,6 +69,7 @@ class ModelConfig:
     feature_attention: str = "sdpa"
     padded_attention: str = "sdpa"
     checkpoint: bool = False
+    sdpa_backend: str = "auto"
 
     def __post_init__(self):
         for name in ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs"):
@@ -84,6 +92,11 @@ class ModelConfig:
             raise ValueError(f"feature_attention={self.feature_attention!r} needs attention='flash'")
         if self.attention == "torch" and self.padded_attention != "sdpa":
             raise ValueError(f"padded_attention={self.padded_attention!r} needs attention='flash'")
+        if self.sdpa_backend not in SDPA_BACKEND_CHOICES:
+            raise ValueError(f"ModelConfig.sdpa_backend must be one of {SDPA_BACKEND_CHOICES}, "
+                             f"got {self.sdpa_backend!r}")
+        if self.attention == "torch" and self.sdpa_backend != "auto":
+            raise ValueError(f"sdpa_backend={self.sdpa_backend!r} needs attention='flash'")
         # Inductor's flex_attention kernel needs a head size of at least 16 (torch 2.11 and 2.13).
         head_size = self.embedding_size // self.num_attention_heads
         if self.padded_attention == "flex" and head_size < 16:
@@ -147,14 +160,16 @@ class NanoTabPFNModel(nn.Module):
         self.target_encoder = TargetEncoder(cfg.embedding_size)
         self.transformer_blocks = nn.ModuleList(
             TransformerEncoderLayer(cfg.embedding_size, cfg.num_attention_heads, cfg.mlp_hidden_size,
-                                    attention=cfg.attention, feature_attention=cfg.feature_attention)
+                                    attention=cfg.attention, feature_attention=cfg.feature_attention,
+                                    sdpa_backend=cfg.sdpa_backend)
             for _ in range(cfg.num_layers))
         self.decoder = Decoder(cfg.embedding_size, cfg.mlp_hidden_size, cfg.num_outputs)
 
     def extra_repr(self) -> str:
         cfg = self.config
         return (f"attention={cfg.attention}, feature_attention={cfg.feature_attention}, "
-                f"padded_attention={cfg.padded_attention}, checkpoint={cfg.checkpoint}")
+                f"padded_attention={cfg.padded_attention}, checkpoint={cfg.checkpoint}, "
+                f"sdpa_backend={cfg.sdpa_backend}")
 
     def _run_blocks(self, src: torch.Tensor, *args) -> torch.Tensor:
         """Applies every layer to src (B, R, C, E); args are passed on to each layer's forward."""
@@ -378,10 +393,11 @@ class TransformerEncoderLayer(nn.Module):
     """
 
     def __init__(self, embedding_size: int, nhead: int, mlp_hidden_size: int, attention: str = "torch",
-                 feature_attention: str = "sdpa", layer_norm_eps: float = 1e-5):
+                 feature_attention: str = "sdpa", layer_norm_eps: float = 1e-5, sdpa_backend: str = "auto"):
         super().__init__()
         self.attention = attention
         self.feature_attention = feature_attention
+        self.sdpa_backend = sdpa_backend
         self.self_attention_between_datapoints = nn.MultiheadAttention(embedding_size, nhead, batch_first=True)
         self.self_attention_between_features = nn.MultiheadAttention(embedding_size, nhead, batch_first=True)
         self.linear1 = nn.Linear(embedding_size, mlp_hidden_size)
@@ -427,6 +443,16 @@ class TransformerEncoderLayer(nn.Module):
         out = out.transpose(1, 2).reshape(batch_size, rows, columns, embedding)  # (B, R, C, E)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
+    def _sdpa(self, q, k, v, mask):
+        """The datapoint attention's SDPA call, on the kernel ModelConfig.sdpa_backend names."""
+        if self.sdpa_backend == "auto":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                   "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[self.sdpa_backend]
+        with sdpa_kernel(backend):  # one kernel only: a call it cannot serve raises, never falls back
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,
                            row_block_mask=None) -> torch.Tensor:
         """Every row attends to the train rows within its column. (B, R, C, E) -> output (B, R, C, E).
@@ -455,13 +481,12 @@ class TransformerEncoderLayer(nn.Module):
         q, k, v = _in_projection(attention, seqs)                        # (B*C, H, R, D) each
         if row_keys is None:
             k, v = k[:, :, :split], v[:, :, :split]                      # (B*C, H, S, D)
-            out = F.scaled_dot_product_attention(q, k, v)                # (B*C, H, R, D); no mask: flash-eligible
+            out = self._sdpa(q, k, v, None)                              # (B*C, H, R, D); no mask: flash-eligible
         elif row_block_mask is not None:
             from torch.nn.attention.flex_attention import flex_attention
             out = flex_attention(q, k, v, block_mask=row_block_mask)     # (B*C, H, R, D)
         else:
-            mask = row_keys.view(1, 1, 1, rows)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B*C, H, R, D)
+            out = self._sdpa(q, k, v, row_keys.view(1, 1, 1, rows))      # (B*C, H, R, D)
         heads = out.shape[1]
         # One copy straight back to the table layout: (B*C, H, R, D) -> (B, R, C, H, D) -> (B, R, C, E).
         out = out.unflatten(0, (batch_size, columns)).permute(0, 3, 1, 2, 4)
@@ -536,6 +561,8 @@ class NanoTabPFNClassifier:
         unknown = sorted(set(model_config) - fields)
         if unknown:
             raise ValueError(f"{path}: unknown model_config field(s) {unknown}")
+        # A kernel pinned for the training step (sdpa_backend) does not bind inference, which runs in fp32.
+        model_config["sdpa_backend"] = "auto"
         model = NanoTabPFNModel(ModelConfig(**model_config))
         model.load_state_dict(_strip_prefixes(checkpoint["model"]))
         return cls(model, device=device)

@@ -9,6 +9,7 @@ optimization off it is exactly this loop (tests/test_train.py compares the loss 
     python train.py --data dump.h5 --steps 2500 --profile
 """
 import argparse
+import dataclasses
 import math
 import os
 import random
@@ -181,6 +182,19 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @torch.no_grad()
+def eval_copy(model: torch.nn.Module, state_dict: dict) -> NanoTabPFNModel:
+    """A separate eval model holding state_dict, with the SDPA kernel left to PyTorch's dispatcher.
+
+    Eval runs in fp32 without autocast, where a kernel pinned for the bf16 training step
+    (ModelConfig.sdpa_backend="flash") has no fp32 variant; the kernel choice never changes the math.
+    """
+    config = dataclasses.replace(unwrap(model).config, sdpa_backend="auto")
+    device = next(unwrap(model).parameters()).device
+    eval_model = NanoTabPFNModel(config).to(device)
+    eval_model.load_state_dict(state_dict)
+    return eval_model
+
+
 def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
     """The weights to evaluate with, computed out of place so training state is untouched.
 
@@ -302,7 +316,7 @@ class GraphedTrainStep:
 CHECKPOINT_FORMAT = 1
 # Model fields that change how the same function is computed, not the parameters: a checkpoint
 # trained with one setting resumes with another.
-SPEED_ONLY_MODEL_FIELDS = ("attention", "feature_attention", "padded_attention", "checkpoint")
+SPEED_ONLY_MODEL_FIELDS = ("attention", "feature_attention", "padded_attention", "checkpoint", "sdpa_backend")
 
 
 class CheckpointError(ValueError):
@@ -462,9 +476,7 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
             pending.clear()
 
     def run_eval():
-        eval_model = NanoTabPFNModel(unwrap(model).config).to(device)
-        eval_model.load_state_dict(inference_state_dict(model, optimizer))
-        return eval_fn(NanoTabPFNClassifier(eval_model, device))
+        return eval_fn(NanoTabPFNClassifier(eval_copy(model, inference_state_dict(model, optimizer)), device))
 
     def save(reason: str):
         if config.ckpt and rank == 0:
@@ -835,7 +847,7 @@ def run(args, *, model_overrides=None, config_overrides=None, loader_kwargs=None
         print(result.profile_tables)
     scores = reference = None
     if splits:
-        scores = evaluate(NanoTabPFNClassifier(unwrap(model), device), splits)
+        scores = evaluate(NanoTabPFNClassifier(eval_copy(model, unwrap(model).state_dict()), device), splits)
         reference = evaluate(RandomForestReference(), splits)
     for line in final_report(result, scores, reference):
         print(line)

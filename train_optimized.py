@@ -18,29 +18,38 @@ SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
 def sdpa_backend(device: torch.device, dtype: torch.dtype, num_heads: int, head_dim: int,
-                 rows: int, train_rows: int, masked: bool = False) -> str:
+                 rows: int, train_rows: int, masked: bool = False, pinned: str = "auto") -> str:
     """Names the scaled_dot_product_attention kernel PyTorch picks for the datapoint attention.
 
     Flash attention needs fp16/bf16 on CUDA and takes no mask; in fp32, or with the key mask of the
     padded (--cuda-graphs) path, SDPA falls back to the cuDNN, memory-efficient or math kernel; on
     CPU it runs its CPU kernels. Asks the dispatcher itself (torch._fused_sdp_choice) on small
     tensors of the real head count, head dim, dtype and masking, so what is printed is what runs.
+    pinned: --sdpa-backend; the dispatcher is asked under the same restriction the model runs with.
     """
     if device.type != "cuda":
-        return f"cpu ({str(dtype).replace('torch.', '')}; flash kernels need CUDA)"
+        pin = f"; {pinned} pinned by --sdpa-backend" if pinned != "auto" else ""
+        return f"cpu ({str(dtype).replace('torch.', '')}; flash kernels need CUDA{pin})"
     q = torch.zeros(2, num_heads, min(rows, 256), head_dim, device=device, dtype=dtype)
     keys = q.shape[2] if masked else min(train_rows, 256)
     kv = torch.zeros(2, num_heads, keys, head_dim, device=device, dtype=dtype)
     mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=device) if masked else None
     try:
-        from torch.nn.attention import SDPBackend
-        choice = SDPBackend(int(torch._fused_sdp_choice(q, kv, kv, attn_mask=mask)))
+        import contextlib
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        restrict = (contextlib.nullcontext() if pinned == "auto" else
+                    sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[pinned]))
+        with restrict:
+            choice = SDPBackend(int(torch._fused_sdp_choice(q, kv, kv, attn_mask=mask)))
         name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
                 SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}.get(choice, choice.name.lower())
     except (AttributeError, RuntimeError, ValueError, ImportError):
         name = "unknown (torch._fused_sdp_choice unavailable)"
     why = ""
-    if name != "flash":
+    if pinned != "auto":
+        why = " — pinned by --sdpa-backend"
+    elif name != "flash":
         why = (" — key mask of the padded step: flash takes no mask" if masked else
                " — no flash kernel for fp32; use --amp bf16 for flash" if dtype == torch.float32 else "")
     return f"{name} ({str(dtype).replace('torch.', '')}, head dim {head_dim}{', masked' if masked else ''}){why}"
@@ -83,6 +92,9 @@ def build_parser():
                    help="gradient checkpointing per layer (less memory for long tables, ~1/3 more compute)")
     m.add_argument("--feature-attention", choices=["sdpa", "matmul"], default="sdpa",
                    help="with --flash: attention between features as SDPA or an explicit small-matrix form")
+    m.add_argument("--sdpa-backend", choices=["auto", "flash", "efficient", "cudnn", "math"], default="auto",
+                   help="with --flash: pin the datapoint attention to one SDPA kernel (auto: PyTorch picks; "
+                        "for bf16 that is cuDNN, which plans anew for every new split length)")
     m.add_argument("--padded-attention", choices=["sdpa", "flex"], default="sdpa",
                    help="with --cuda-graphs: masked datapoint attention as SDPA+mask or flex_attention")
     m.add_argument("--fast", action="store_true", help="the best-known combination (README says which flags)")
@@ -140,7 +152,8 @@ def describe_run(args):
             split = int(info.splits[0])
             dtype = torch.bfloat16 if args.amp == "bf16" else torch.float32
             backend = sdpa_backend(device, dtype, cfg.num_attention_heads, head_dim,
-                                   int(info.num_datapoints.max()), split, masked=args.cuda_graphs)
+                                   int(info.num_datapoints.max()), split, masked=args.cuda_graphs,
+                                   pinned=args.sdpa_backend)
             lines.append(f"  {'--flash':<22s} active: SDPA path, one datapoint-attention call; kernel: {backend}")
         cuda = device.type == "cuda"
         ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -187,8 +200,18 @@ def main(argv=None):
         except (DumpError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    if (args.feature_attention != "sdpa" or args.padded_attention != "sdpa") and not args.flash:
-        print("error: --feature-attention/--padded-attention choose among --flash implementations; add --flash",
+    if (args.feature_attention != "sdpa" or args.padded_attention != "sdpa" or args.sdpa_backend != "auto") \
+            and not args.flash:
+        print("error: --feature-attention/--padded-attention/--sdpa-backend choose among --flash implementations; "
+              "add --flash", file=sys.stderr)
+        return 2
+    if args.sdpa_backend == "flash" and (args.amp != "bf16" or args.cuda_graphs):
+        print("error: --sdpa-backend flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs "
+              "(flash takes no key mask)", file=sys.stderr)
+        return 2
+    on_cuda = torch.cuda.is_available() and not args.device.startswith("cpu")
+    if args.sdpa_backend in ("efficient", "cudnn") and not on_cuda:
+        print(f"error: --sdpa-backend {args.sdpa_backend} is a CUDA kernel and this run is on the CPU",
               file=sys.stderr)
         return 2
     if args.padded_attention != "sdpa" and not args.cuda_graphs:
@@ -210,7 +233,8 @@ def main(argv=None):
         print("error: --checkpoint recomputes inside backward, which --cuda-graphs cannot capture", file=sys.stderr)
         return 2
     model_overrides = {"attention": "flash" if args.flash else "torch", "checkpoint": args.checkpoint,
-                       "feature_attention": args.feature_attention, "padded_attention": args.padded_attention}
+                       "feature_attention": args.feature_attention, "padded_attention": args.padded_attention,
+                       "sdpa_backend": args.sdpa_backend}
     config_overrides = {"amp": args.amp, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
                         "fused_optimizer": args.fused_optimizer,
                         "sync_every_step": not args.async_loss}

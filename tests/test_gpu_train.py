@@ -47,3 +47,19 @@ def test_graphs_with_compile_and_flex(tmp_path, dump):
     for extra in (["--compile"], ["--padded-attention", "flex", "--compile"]):
         got = losses(tmp_path, dump, "--flash", "--cuda-graphs", "--fused-optimizer", *extra)["losses"]
         assert got == pytest.approx(base, rel=1e-3, abs=1e-4), extra
+
+
+def test_pinned_flash_kernel_compiles_and_evaluates(tmp_path, dump):
+    """--sdpa-backend flash under bf16 + compile gives the auto kernel's losses, and the fp32 eval
+    (which has no flash kernel) still runs: the eval copy leaves the kernel to PyTorch."""
+    import train_optimized
+    base = losses(tmp_path, dump, "--flash", "--amp", "bf16", "--compile")["losses"]
+    path = str(tmp_path / "pinned.json")
+    code = train_optimized.main(["--data", dump, "--steps", "12", "--batch-size", "4", "--seed", "4",
+                                 "--log-every", "4", "--timing-warmup", "1", "--eval-every", "12", "--record", path,
+                                 "--flash", "--amp", "bf16", "--compile", "--sdpa-backend", "flash"])
+    assert code == 0
+    with open(path) as f:
+        rec = json.load(f)["extra"]
+    assert rec["losses"] == pytest.approx(base, rel=5e-2, abs=2e-2)
+    assert rec["eval"] and rec["sdpa_backend"].startswith("flash")

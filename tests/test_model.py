@@ -131,14 +131,14 @@ def test_default_size_and_upstream_parameter_names():
     assert dataclasses.asdict(model.config) == dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192,
                                                    num_layers=3, num_outputs=2, attention="torch",
                                                    feature_attention="sdpa", padded_attention="sdpa",
-                                                   checkpoint=False)
+                                                   checkpoint=False, sdpa_backend="auto")
     expected = ["feature_encoder.linear_layer.weight", "feature_encoder.linear_layer.bias",
                 "target_encoder.linear_layer.weight", "target_encoder.linear_layer.bias"]
     expected += [f"transformer_blocks.{i}.{n}" for i in range(3) for n in UPSTREAM_LAYER_NAMES]
     expected += ["decoder.linear1.weight", "decoder.linear1.bias", "decoder.linear2.weight", "decoder.linear2.bias"]
     assert sorted(model.state_dict()) == sorted(expected)
     for cfg in (dict(attention="flash"), dict(attention="flash", feature_attention="matmul"), dict(checkpoint=True),
-                dict(attention="flash", padded_attention="flex")):
+                dict(attention="flash", padded_attention="flex"), dict(attention="flash", sdpa_backend="flash")):
         assert list(NanoTabPFNModel(**cfg).state_dict()) == list(model.state_dict())
     x, y = make_inputs(2, 30, 4, 10)
     assert model((x, y[:, :10]), 10).shape == (2, 20, 2)
@@ -158,6 +158,10 @@ def test_config_errors():
         NanoTabPFNModel(attention="flash", padded_attention="flex", embedding_size=32, num_attention_heads=4)
     with pytest.raises(ValueError, match="divisible"):
         NanoTabPFNModel(embedding_size=10, num_attention_heads=4)
+    with pytest.raises(ValueError, match="sdpa_backend"):
+        NanoTabPFNModel(attention="flash", sdpa_backend="xformers")
+    with pytest.raises(ValueError, match="needs attention='flash'"):
+        NanoTabPFNModel(sdpa_backend="flash")
     with pytest.raises(ValueError, match="positive int"):
         ModelConfig(num_layers=0)
     with pytest.raises(TypeError, match="unknown ModelConfig"):
@@ -184,6 +188,23 @@ def test_torch_and_flash_agree_both_ways(size, dtype):
         out_a, grads_a = loss_and_grads(a, x, y, split)
         out_b, grads_b = loss_and_grads(b, x, y, split)
         assert_same(out_a, grads_a, out_b, grads_b, dtype)
+
+
+@pytest.mark.parametrize("backend", ["flash", "math"])
+def test_pinned_sdpa_backend_changes_nothing(backend):
+    """ModelConfig.sdpa_backend picks a kernel, not a function: same outputs and gradients as "auto"."""
+    x, y = make_inputs(2, 29, 4, 11)
+    a = make_model(3, attention="flash")
+    b = make_model(3, attention="flash", sdpa_backend=backend)
+    assert_same(*loss_and_grads(a, x, y, 11), *loss_and_grads(b, x, y, 11), torch.float32)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_pinned_sdpa_backend_is_really_applied():
+    """The pin is not advisory: a kernel the CPU lacks raises instead of silently falling back."""
+    x, y = make_inputs(1, 12, 3, 5)
+    with pytest.raises(RuntimeError):
+        make_model(3, attention="flash", sdpa_backend="efficient")((x, y[:, :5]), 5)
 
 
 def test_equivalence_check_can_fail():

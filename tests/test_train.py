@@ -295,6 +295,9 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--flash", "--padded-attention", "flex"], "--cuda-graphs"),
     (["--flash", "--cuda-graphs", "--optimizer", "adamw"], "schedule-free"),
     (["--log-every", "0"], "--log-every"),
+    (["--sdpa-backend", "flash"], "add --flash"),
+    (["--flash", "--sdpa-backend", "flash"], "--amp bf16"),
+    (["--flash", "--amp", "bf16", "--sdpa-backend", "flash", "--cuda-graphs"], "key mask"),
 ])
 def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
     p = script(["train_optimized.py", "--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval", *flags])
@@ -320,3 +323,23 @@ def test_resume_with_another_optimizer_is_a_one_line_error(dump, tmp_path):
     p = script([*common, "--steps", "5", "--ckpt", str(ck), "--resume", "--fused-optimizer", "--flash",
                 "--feature-attention", "matmul"])
     assert p.returncode == 0, p.stderr
+
+
+def test_eval_copy_leaves_the_kernel_to_pytorch_and_keeps_the_weights():
+    """A kernel pinned for the bf16 step (flash has no fp32 kernel) must not reach the fp32 eval."""
+    from model import NanoTabPFNModel
+    from train import eval_copy
+    model = NanoTabPFNModel(attention="flash", sdpa_backend="flash")
+    copy = eval_copy(model, model.state_dict())
+    assert copy.config.sdpa_backend == "auto" and model.config.sdpa_backend == "flash"
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), copy.state_dict().values()))
+
+
+def test_pinned_flash_kernel_trains_and_evaluates(dump, tmp_path):
+    common = ["--data", dump, "--steps", "4", "--batch-size", "4", "--seed", "2", "--flash", "--amp", "bf16",
+              "--log-every", "2", "--timing-warmup", "1", "--eval-every", "4"]
+    _, auto = run_main("train_optimized", [*common, "--record", str(tmp_path / "a.json")])
+    code, pinned = run_main("train_optimized", [*common, "--sdpa-backend", "flash", "--record", str(tmp_path / "p.json")])
+    assert code == 0
+    assert pinned["losses"] == pytest.approx(auto["losses"], rel=1e-2, abs=1e-3)
+    assert pinned["eval"] and "pinned by --sdpa-backend" in pinned["sdpa_backend"]
