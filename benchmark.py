@@ -57,6 +57,8 @@ CONFIGS = [
                        "--fused-optimizer", "--async-loss", "--sdpa-backend", "flash"], "beyond"),
     ("+cuda-graphs", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
                       "--fused-optimizer", "--async-loss", "--cuda-graphs"], "beyond"),
+    ("+flex", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+               "--fused-optimizer", "--async-loss", "--cuda-graphs", "--padded-attention", "flex"], "beyond"),
     ("fast", ["--fast"], "beyond"),
 ]
 QUICK_CONFIGS = ("baseline", "pinned+streams", "flash")

@@ -343,3 +343,20 @@ def test_pinned_flash_kernel_trains_and_evaluates(dump, tmp_path):
     assert code == 0
     assert pinned["losses"] == pytest.approx(auto["losses"], rel=1e-2, abs=1e-3)
     assert pinned["eval"] and "pinned by --sdpa-backend" in pinned["sdpa_backend"]
+
+
+def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch):
+    import train_optimized
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    parse = train_optimized.build_parser().parse_args
+    long_tables = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=5000)
+    assert long_tables.flash and long_tables.compile and long_tables.amp == "bf16"
+    assert not long_tables.cuda_graphs and long_tables.sdpa_backend == "flash"   # sliced: no mask, flash
+    short = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=150)
+    assert short.cuda_graphs and short.sdpa_backend == "auto"                     # padded: a mask, no flash
+    assert short.padded_attention == "sdpa"                                       # flex has no CPU backward
+    mine = train_optimized.apply_fast(parse(["--fast", "--device", "cpu", "--sdpa-backend", "math"]), max_rows=5000)
+    assert mine.sdpa_backend == "math"                                            # an explicit choice wins
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ddp = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=150)
+    assert not ddp.cuda_graphs and ddp.sdpa_backend == "flash"
