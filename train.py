@@ -445,7 +445,10 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
     phases = ("data", "step") if graphed else ("data", "forward", "backward", "optimizer")
     timer = StepTimer(device, warmup_steps=config.timing_warmup, phases=phases,
                       compute_phases=("step",) if graphed else None)
-    profiler = TrainingProfiler(device, out_dir=config.profile_dir) if config.profile else None
+    # The profiled window starts after the timing warm-up, so compilation, recompiles and graph capture
+    # (all in the first steps) stay out of the tables, as they stay out of the step timer.
+    profiler = (TrainingProfiler(device, out_dir=config.profile_dir, wait=max(1, config.timing_warmup))
+                if config.profile else None)
     log = print if (rank == 0 and not config.quiet) else (lambda *a: None)
     model.train()
     set_optimizer_mode(optimizer, True)
