@@ -436,7 +436,12 @@ def planned_env(args):
 
 
 def git_commit():
-    """Commit of the repository, with "+dirty" when tracked files differ from it."""
+    """Commit of the repository, with "+dirty" when tracked files differ from it.
+
+    NANOTABPFN_GIT_COMMIT, when set, wins: a copy of the tree on a GPU machine may carry a stale .git
+    (its HEAD is not the commit that was copied), so whoever makes the copy names the commit."""
+    if os.environ.get("NANOTABPFN_GIT_COMMIT"):
+        return os.environ["NANOTABPFN_GIT_COMMIT"]
     try:
         proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:  # not a checkout (a copy of the tree on a GPU machine): ask the environment

@@ -933,9 +933,11 @@ def environment_record(device="cpu"):
         "gpu_capability", "driver", "cpu_count", "time_utc".
     """
     repo = os.path.dirname(os.path.abspath(__file__))
-    # A copy of the tree without .git (a GPU machine) gets its commit from the environment.
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo) or os.environ.get("NANOTABPFN_GIT_COMMIT")
-    status = _run(["git", "status", "--porcelain"], cwd=repo)
+    # A copy of the tree on a GPU machine may have no .git, or a stale one whose HEAD is not the commit
+    # that was copied: whoever makes the copy names the commit in the environment, and that wins.
+    named = os.environ.get("NANOTABPFN_GIT_COMMIT")
+    commit = named or _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    status = None if named else _run(["git", "status", "--porcelain"], cwd=repo)
     dirty = untracked = None
     if status is not None:
         lines = [ln for ln in status.splitlines() if ln.strip()]

@@ -688,3 +688,14 @@ def test_cuda_profiler_tables(tmp_path):
     stats = prof.stats()
     assert 0.0 < stats["gpu_busy_share"] <= 1.0 and stats["cuda_memory"]["peak_allocated_bytes"] > 0
     assert (tmp_path / "trace.json").stat().st_size > 0
+
+
+def test_a_named_commit_wins_over_a_stale_git(monkeypatch):
+    """A tree copied to a GPU machine may carry an old .git: the commit named by the copier is recorded."""
+    import benchmark
+    monkeypatch.setenv("NANOTABPFN_GIT_COMMIT", "0123abc")
+    rec = pu.environment_record("cpu")
+    assert rec["git_commit"] == "0123abc" and rec["git_dirty"] is None
+    assert benchmark.git_commit() == "0123abc"
+    monkeypatch.delenv("NANOTABPFN_GIT_COMMIT")
+    assert benchmark.git_commit() != "0123abc"
