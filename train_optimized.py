@@ -160,9 +160,14 @@ def describe_run(args):
             head_dim = cfg.embedding_size // cfg.num_attention_heads
             split = int(info.splits[0])
             dtype = torch.bfloat16 if args.amp == "bf16" else torch.float32
-            backend = sdpa_backend(device, dtype, cfg.num_attention_heads, head_dim,
-                                   int(info.num_datapoints.max()), split, masked=args.cuda_graphs,
-                                   pinned=args.sdpa_backend)
+            if args.cuda_graphs and args.padded_attention == "flex":
+                # The padded step's datapoint attention is flex_attention, not SDPA: no dispatcher to ask.
+                backend = (f"flex_attention ({str(dtype).replace('torch.', '')}, head dim {head_dim}, "
+                           f"block mask over the padded keys)")
+            else:
+                backend = sdpa_backend(device, dtype, cfg.num_attention_heads, head_dim,
+                                       int(info.num_datapoints.max()), split, masked=args.cuda_graphs,
+                                       pinned=args.sdpa_backend)
             lines.append(f"  {'--flash':<22s} active: SDPA path, one datapoint-attention call; kernel: {backend}")
         cuda = device.type == "cuda"
         ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
