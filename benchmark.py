@@ -444,13 +444,13 @@ def git_commit():
         return os.environ["NANOTABPFN_GIT_COMMIT"]
     try:
         proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30)
-        if proc.returncode != 0:  # not a checkout (a copy of the tree on a GPU machine): ask the environment
-            return os.environ.get("NANOTABPFN_GIT_COMMIT", "unknown")
+        if proc.returncode != 0:  # not a checkout, and no commit named
+            return "unknown"
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True, timeout=30).stdout.strip()
         return proc.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("NANOTABPFN_GIT_COMMIT", "unknown")
+        return "unknown"
 
 
 def now_iso():

@@ -230,28 +230,22 @@ def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bo
     num_datapoints = metadata("num_datapoints") if "num_datapoints" in f else np.full(N, R, np.int64)
     splits = metadata(split_key) if split_key is not None else None
 
-    if num_features is not None:
-        bad = (num_features < 1) | (num_features > F)
-        if bad.any():
-            i = int(np.argmax(bad))
-            problem(f"'num_features' must be in 1..{F} (the stored width); dataset {i} has "
-                    f"{num_features[i]}")
-            num_features = None
-    if num_datapoints is not None:
-        bad = (num_datapoints < 2) | (num_datapoints > R)
-        if bad.any():
-            i = int(np.argmax(bad))
-            problem(f"'num_datapoints' must be in 2..{R} (the stored rows); dataset {i} has "
-                    f"{num_datapoints[i]}")
-            num_datapoints = None
-    if splits is not None:
-        limit = num_datapoints if num_datapoints is not None else np.full(N, R, np.int64)
-        bad = (splits < 1) | (splits > limit - 1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            problem(f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split "
-                    f"{splits[i]} with {limit[i]} datapoints")
-            splits = None
+    def first_outside(values, low, high):
+        """Index of the first value outside [low, high] (high may be per dataset), or None."""
+        bad = (values < low) | (values > high)
+        return int(np.argmax(bad)) if bad.any() else None
+
+    if num_features is not None and (i := first_outside(num_features, 1, F)) is not None:
+        problem(f"'num_features' must be in 1..{F} (the stored width); dataset {i} has {num_features[i]}")
+        num_features = None
+    if num_datapoints is not None and (i := first_outside(num_datapoints, 2, R)) is not None:
+        problem(f"'num_datapoints' must be in 2..{R} (the stored rows); dataset {i} has {num_datapoints[i]}")
+        num_datapoints = None
+    limit = num_datapoints if num_datapoints is not None else np.full(N, R, np.int64)
+    if splits is not None and (i := first_outside(splits, 1, limit - 1)) is not None:
+        problem(f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split "
+                f"{splits[i]} with {limit[i]} datapoints")
+        splits = None
 
     max_num_classes = None
     if "max_num_classes" in f:

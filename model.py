@@ -15,6 +15,7 @@ Importing this module has no side effects (no CUDA touch, no I/O).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -22,13 +23,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 ATTENTION_CHOICES = ("torch", "flash")
 FEATURE_ATTENTION_CHOICES = ("sdpa", "matmul")
 PADDED_ATTENTION_CHOICES = ("sdpa", "flex")
 # SDPA kernels the datapoint attention may be pinned to ("auto": PyTorch's dispatcher chooses).
-SDPA_BACKEND_CHOICES = ("auto", "flash", "efficient", "cudnn", "math")
+SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+SDPA_BACKEND_CHOICES = ("auto", *SDPA_KERNELS)
+
+
+def sdpa_restriction(name: str):
+    """Context in which SDPA may use only the kernel `name` (a call it cannot serve raises, never falls
+    back); "auto" leaves the choice to PyTorch's dispatcher."""
+    return contextlib.nullcontext() if name == "auto" else sdpa_kernel(SDPA_KERNELS[name])
 
 
 @dataclass
@@ -447,10 +457,7 @@ class TransformerEncoderLayer(nn.Module):
         """The datapoint attention's SDPA call, on the kernel ModelConfig.sdpa_backend names."""
         if self.sdpa_backend == "auto":
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                   "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[self.sdpa_backend]
-        with sdpa_kernel(backend):  # one kernel only: a call it cannot serve raises, never falls back
+        with sdpa_restriction(self.sdpa_backend):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,

@@ -181,7 +181,6 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)       # torch.compile
 
 
-@torch.no_grad()
 def eval_copy(model: torch.nn.Module, state_dict: dict) -> NanoTabPFNModel:
     """A separate eval model holding state_dict, with the SDPA kernel left to PyTorch's dispatcher.
 
@@ -195,6 +194,7 @@ def eval_copy(model: torch.nn.Module, state_dict: dict) -> NanoTabPFNModel:
     return eval_model
 
 
+@torch.no_grad()
 def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
     """The weights to evaluate with, computed out of place so training state is untouched.
 

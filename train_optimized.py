@@ -11,10 +11,10 @@ import os
 import sys
 
 import torch
+from torch.nn.attention import SDPBackend
 
+from model import SDPA_BACKEND_CHOICES, SDPA_KERNELS, sdpa_restriction
 from train import add_common_arguments, run
-
-SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
 def sdpa_backend(device: torch.device, dtype: torch.dtype, num_heads: int, head_dim: int,
@@ -35,15 +35,9 @@ def sdpa_backend(device: torch.device, dtype: torch.dtype, num_heads: int, head_
     kv = torch.zeros(2, num_heads, keys, head_dim, device=device, dtype=dtype)
     mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=device) if masked else None
     try:
-        import contextlib
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        restrict = (contextlib.nullcontext() if pinned == "auto" else
-                    sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[pinned]))
-        with restrict:
+        with sdpa_restriction(pinned):
             choice = SDPBackend(int(torch._fused_sdp_choice(q, kv, kv, attn_mask=mask)))
-        name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
-                SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}.get(choice, choice.name.lower())
+        name = {kernel: n for n, kernel in SDPA_KERNELS.items()}.get(choice, choice.name.lower())
     except (AttributeError, RuntimeError, ValueError, ImportError):
         name = "unknown (torch._fused_sdp_choice unavailable)"
     why = ""
@@ -92,7 +86,7 @@ def build_parser():
                    help="gradient checkpointing per layer (less memory for long tables, ~1/3 more compute)")
     m.add_argument("--feature-attention", choices=["sdpa", "matmul"], default="sdpa",
                    help="with --flash: attention between features as SDPA or an explicit small-matrix form")
-    m.add_argument("--sdpa-backend", choices=["auto", "flash", "efficient", "cudnn", "math"], default="auto",
+    m.add_argument("--sdpa-backend", choices=SDPA_BACKEND_CHOICES, default="auto",
                    help="with --flash: pin the datapoint attention to one SDPA kernel (auto: PyTorch picks; "
                         "for bf16 that is cuDNN, which plans anew for every new split length)")
     m.add_argument("--padded-attention", choices=["sdpa", "flex"], default="sdpa",
@@ -119,7 +113,7 @@ def apply_fast(args, max_rows: int):
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     args.cuda_graphs = args.cuda_graphs or (max_rows <= FAST_GRAPHS_MAX_ROWS and not distributed)
     on_cuda = torch.cuda.is_available() and not args.device.startswith("cpu")
-    if args.cuda_graphs and on_cuda and args.padded_attention == "sdpa":
+    if args.cuda_graphs and on_cuda and args.padded_attention == "sdpa" and args.sdpa_backend == "auto":
         # The padded step's key mask rules flash out; flex_attention skips the masked key blocks
         # (H200, upstream workload: 2.38 vs 2.73 ms/step with SDPA + mask). flex has no CPU backward.
         args.padded_attention = "flex"
@@ -218,6 +212,10 @@ def main(argv=None):
             and not args.flash:
         print("error: --feature-attention/--padded-attention/--sdpa-backend choose among --flash implementations; "
               "add --flash", file=sys.stderr)
+        return 2
+    if args.sdpa_backend != "auto" and args.padded_attention == "flex":
+        print("error: --sdpa-backend pins an SDPA kernel, and --padded-attention flex runs flex_attention "
+              "instead of SDPA; choose one", file=sys.stderr)
         return 2
     if args.sdpa_backend == "flash" and (args.amp != "bf16" or args.cuda_graphs):
         print("error: --sdpa-backend flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs "

@@ -298,6 +298,7 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--sdpa-backend", "flash"], "add --flash"),
     (["--flash", "--sdpa-backend", "flash"], "--amp bf16"),
     (["--flash", "--amp", "bf16", "--sdpa-backend", "flash", "--cuda-graphs"], "key mask"),
+    (["--flash", "--cuda-graphs", "--padded-attention", "flex", "--sdpa-backend", "math"], "flex_attention"),
 ])
 def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
     p = script(["train_optimized.py", "--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval", *flags])
