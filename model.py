@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 ATTENTION_CHOICES = ("torch", "flash")
-FEATURE_ATTENTION_CHOICES = ("sdpa", "matmul")
+FEATURE_ATTENTION_CHOICES = ("sdpa", "matmul", "broadcast")
 PADDED_ATTENTION_CHOICES = ("sdpa", "flex")
 # SDPA kernels the datapoint attention may be pinned to ("auto": PyTorch's dispatcher chooses).
 SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -54,8 +54,11 @@ class ModelConfig:
         attention: "torch" (upstream nn.MultiheadAttention calls, the baseline) or "flash"
             (F.scaled_dot_product_attention on the same parameters, one datapoint call).
         feature_attention: how the "flash" path runs attention between features (B*R sequences of
-            C = 2..7 tokens): "sdpa" (F.scaled_dot_product_attention) or "matmul" (an explicit batched
-            small-matrix form, softmax in fp32). Needs attention="flash".
+            C = 2..7 tokens): "sdpa" (F.scaled_dot_product_attention), "matmul" (an explicit batched
+            small-matrix form, softmax in fp32; cuBLAS runs it as batched GEMMs of C x C tiles) or
+            "broadcast" (the same sums written as broadcast multiplies and reductions in fp32, which
+            torch.compile fuses into a few memory-bound kernels; eager it materialises a
+            (N, H, C, C, D) product, so use it with --compile). Needs attention="flash".
         padded_attention: how forward_padded masks the datapoint attention on the "flash" path:
             "sdpa" (F.scaled_dot_product_attention with a boolean key mask; no flash kernel takes a
             mask, so cuDNN / mem-efficient kernels run it, about 3x slower than flash on an H200) or
@@ -395,6 +398,30 @@ def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mas
     return weights @ v                                                    # (N, H, Lq, D)
 
 
+def _broadcast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None):
+    """softmax(q kᵀ / sqrt(D)) v as broadcast multiplies and sums, for sequences of a few tokens.
+
+    The same arithmetic as a bf16 matmul with fp32 accumulation (inputs upcast, products and sums in
+    fp32), but as pointwise ops and reductions, which torch.compile fuses into a few kernels that read
+    each input once; batched GEMMs of 6 x 6 tiles leave a GPU's tensor cores idle.
+
+    Args:
+        q: (N, H, Lq, D); k, v: (N, H, Lk, D).
+        key_mask: None or (Lk,) bool, True for keys that may be attended to.
+    Returns:
+        (N, H, Lq, D) in v's dtype.
+    """
+    scale = q.shape[-1] ** -0.5
+    compute = torch.promote_types(q.dtype, torch.float32)                # fp32 under bf16 autocast; fp64 stays
+    q32, k32, v32 = q.to(compute), k.to(compute), v.to(compute)
+    scores = (q32.unsqueeze(3) * k32.unsqueeze(2)).sum(-1) * scale       # (N, H, Lq, Lk)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask, float("-inf"))
+    weights = scores.softmax(dim=-1)                                      # (N, H, Lq, Lk)
+    out = (weights.unsqueeze(-1) * v32.unsqueeze(2)).sum(3)               # (N, H, Lq, D)
+    return out.to(v.dtype)
+
+
 class TransformerEncoderLayer(nn.Module):
     """Attention between features, attention between datapoints, then a per-cell MLP (post-norm).
 
@@ -447,6 +474,8 @@ class TransformerEncoderLayer(nn.Module):
         q, k, v = _in_projection(attention, seqs)                            # (B*R, H, C, D) each
         if self.feature_attention == "matmul":
             out = _matmul_attention(q, k, v, column_keys)                    # (B*R, H, C, D)
+        elif self.feature_attention == "broadcast":
+            out = _broadcast_attention(q, k, v, column_keys)                 # (B*R, H, C, D)
         else:
             mask = None if column_keys is None else column_keys.view(1, 1, 1, columns)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)    # (B*R, H, C, D)

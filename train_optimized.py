@@ -84,7 +84,7 @@ def build_parser():
                    help="read the loss back every --log-every steps instead of every step (no sync per step)")
     m.add_argument("--checkpoint", action="store_true",
                    help="gradient checkpointing per layer (less memory for long tables, ~1/3 more compute)")
-    m.add_argument("--feature-attention", choices=["sdpa", "matmul"], default="sdpa",
+    m.add_argument("--feature-attention", choices=["sdpa", "matmul", "broadcast"], default="sdpa",
                    help="with --flash: attention between features as SDPA or an explicit small-matrix form")
     m.add_argument("--sdpa-backend", choices=SDPA_BACKEND_CHOICES, default="auto",
                    help="with --flash: pin the datapoint attention to one SDPA kernel (auto: PyTorch picks; "

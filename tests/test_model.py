@@ -138,6 +138,7 @@ def test_default_size_and_upstream_parameter_names():
     expected += ["decoder.linear1.weight", "decoder.linear1.bias", "decoder.linear2.weight", "decoder.linear2.bias"]
     assert sorted(model.state_dict()) == sorted(expected)
     for cfg in (dict(attention="flash"), dict(attention="flash", feature_attention="matmul"), dict(checkpoint=True),
+                dict(attention="flash", feature_attention="broadcast"),
                 dict(attention="flash", padded_attention="flex"), dict(attention="flash", sdpa_backend="flash")):
         assert list(NanoTabPFNModel(**cfg).state_dict()) == list(model.state_dict())
     x, y = make_inputs(2, 30, 4, 10)
@@ -221,11 +222,12 @@ def test_equivalence_check_can_fail():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("size", SIZES[:2])
-def test_feature_attention_sdpa_and_matmul_agree(size, dtype):
+@pytest.mark.parametrize("form", ["matmul", "broadcast"])
+def test_feature_attention_forms_agree_with_sdpa(size, dtype, form):
     batch, rows, features, split = size
     x, y = make_inputs(batch, rows, features, split, dtype=dtype)
     a = make_model(3, dtype, attention="flash", feature_attention="sdpa")
-    b = make_model(3, dtype, attention="flash", feature_attention="matmul")
+    b = make_model(3, dtype, attention="flash", feature_attention=form)
     assert_same(*loss_and_grads(a, x, y, split), *loss_and_grads(b, x, y, split), dtype)
 
 
@@ -264,7 +266,7 @@ def padded_loss_and_grads(model, xp, yp, split, rows, features):
 
 
 PATHS = [dict(attention="torch"), dict(attention="flash"), dict(attention="flash", feature_attention="matmul"),
-         dict(attention="flash", checkpoint=True)]
+         dict(attention="flash", feature_attention="broadcast"), dict(attention="flash", checkpoint=True)]
 
 
 @pytest.mark.parametrize("path", PATHS)
