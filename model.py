@@ -8,7 +8,9 @@ One model class, one set of parameter names (upstream's, so upstream checkpoints
 implementation is a config field:
   attention="torch"  nn.MultiheadAttention called exactly as upstream (two datapoint calls): the baseline.
   attention="flash"  F.scaled_dot_product_attention on the SAME nn.MultiheadAttention parameters
-                     (in_proj_weight / in_proj_bias / out_proj), with one datapoint call for all rows.
+                     (in_proj_weight / in_proj_bias / out_proj), with one datapoint call for all rows,
+                     on a table stored columns-outer, (B, C, R, E): each column's rows are then one
+                     contiguous sequence, so the datapoint attention needs no transposed copies.
 A state_dict from either path loads into the other and gives the same outputs (tests/test_model.py).
 
 Importing this module has no side effects (no CUDA touch, no I/O).
@@ -185,7 +187,7 @@ class NanoTabPFNModel(nn.Module):
                 f"sdpa_backend={cfg.sdpa_backend}")
 
     def _run_blocks(self, src: torch.Tensor, *args) -> torch.Tensor:
-        """Applies every layer to src (B, R, C, E); args are passed on to each layer's forward."""
+        """Applies every layer to the table src (layout as in _table); args are passed on to each layer."""
         for block in self.transformer_blocks:
             if self.config.checkpoint and torch.is_grad_enabled():
                 # Why: keeps only each layer's input; the layer is recomputed in the backward pass.
@@ -216,10 +218,24 @@ class NanoTabPFNModel(nn.Module):
                              f"y_train's length {y_src.shape[1]}")
         x_emb = self.feature_encoder(x_src, split)       # (B, R, C-1, E)
         y_emb = self.target_encoder(y_src, num_rows)     # (B, R, 1, E)
-        table = torch.cat([x_emb, y_emb], dim=2)         # (B, R, C, E)
-        table = self._run_blocks(table, split)           # (B, R, C, E)
-        output = table[:, split:, -1, :]                 # (B, R-S, E): target cell of each test row
+        table = self._table(x_emb, y_emb)                # (B, R, C, E), or (B, C, R, E) on the flash path
+        table = self._run_blocks(table, split)
+        output = self._target_cells(table)[:, split:]    # (B, R-S, E): target cell of each test row
         return self.decoder(output)                      # (B, R-S, num_outputs)
+
+    def _table(self, x_emb: torch.Tensor, y_emb: torch.Tensor) -> torch.Tensor:
+        """Joins feature cells (B, R, C-1, E) and target cells (B, R, 1, E) into the layers' table layout.
+
+        "torch" path: (B, R, C, E), as upstream. "flash" path: (B, C, R, E), columns outer, so that the
+        datapoint attention's sequences (one per column) are contiguous views.
+        """
+        if self.config.attention == "torch":
+            return torch.cat([x_emb, y_emb], dim=2)                             # (B, R, C, E)
+        return torch.cat([x_emb.transpose(1, 2), y_emb.transpose(1, 2)], dim=1)  # (B, C, R, E), one copy
+
+    def _target_cells(self, table: torch.Tensor) -> torch.Tensor:
+        """The target column of every row: (B, R, E), from either table layout."""
+        return table[:, :, -1, :] if self.config.attention == "torch" else table[:, -1, :, :]
 
     def forward_padded(self, x: torch.Tensor, y: torch.Tensor, split: torch.Tensor, num_rows: torch.Tensor,
                        num_features: torch.Tensor) -> torch.Tensor:
@@ -268,12 +284,12 @@ class NanoTabPFNModel(nn.Module):
         column_keys = (columns < num_features) | (columns == features_max)   # (C,) real features + target
         x_emb = self.feature_encoder.forward_padded(x, row_keys)            # (B, R, C-1, E)
         y_emb = self.target_encoder.forward_padded(y, row_keys)             # (B, R, 1, E)
-        table = torch.cat([x_emb, y_emb], dim=2)                            # (B, R, C, E)
+        table = self._table(x_emb, y_emb)                                   # (B, R, C, E) or (B, C, R, E)
         row_block_mask = None
         if self.config.attention == "flash" and self.config.padded_attention == "flex":
             row_block_mask = _train_key_block_mask(split, rows_max, device)  # built once, used by every layer
-        table = self._run_blocks(table, None, row_keys, column_keys, row_block_mask)  # (B, R, C, E)
-        logits = self.decoder(table[:, :, -1, :])                           # (B, R, num_outputs)
+        table = self._run_blocks(table, None, row_keys, column_keys, row_block_mask)
+        logits = self.decoder(self._target_cells(table))                    # (B, R, num_outputs)
         # Zero the rows that are not real test rows, so their values are defined (and finite).
         test_rows = (rows >= split) & (rows < num_rows)                     # (R,)
         return torch.where(test_rows[None, :, None], logits, torch.zeros((), dtype=logits.dtype, device=device))
@@ -399,26 +415,27 @@ def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mas
 
 
 def _broadcast_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None):
-    """softmax(q kᵀ / sqrt(D)) v as broadcast multiplies and sums, for sequences of a few tokens.
+    """softmax(q kᵀ / sqrt(D)) v over the tokens of dim 1, as broadcast multiplies and sums.
 
-    The same arithmetic as a bf16 matmul with fp32 accumulation (inputs upcast, products and sums in
-    fp32), but as pointwise ops and reductions, which torch.compile fuses into a few kernels that read
-    each input once; batched GEMMs of 6 x 6 tiles leave a GPU's tensor cores idle.
+    For sequences of a few tokens (the C cells of a row). The same arithmetic as a bf16 matmul with
+    fp32 accumulation (inputs upcast, products and sums in fp32), but as pointwise ops and reductions,
+    which torch.compile fuses into a few kernels that read each input once, in whatever layout the
+    inputs come (no transposed copies); batched GEMMs of 6 x 6 tiles leave a GPU's tensor cores idle.
 
     Args:
-        q: (N, H, Lq, D); k, v: (N, H, Lk, D).
+        q: (B, Lq, R, H, D); k, v: (B, Lk, R, H, D): token i of row r is q[:, i, r].
         key_mask: None or (Lk,) bool, True for keys that may be attended to.
     Returns:
-        (N, H, Lq, D) in v's dtype.
+        (B, Lq, R, H, D) in v's dtype.
     """
     scale = q.shape[-1] ** -0.5
     compute = torch.promote_types(q.dtype, torch.float32)                # fp32 under bf16 autocast; fp64 stays
     q32, k32, v32 = q.to(compute), k.to(compute), v.to(compute)
-    scores = (q32.unsqueeze(3) * k32.unsqueeze(2)).sum(-1) * scale       # (N, H, Lq, Lk)
+    scores = (q32.unsqueeze(2) * k32.unsqueeze(1)).sum(-1) * scale       # (B, Lq, Lk, R, H)
     if key_mask is not None:
-        scores = scores.masked_fill(~key_mask, float("-inf"))
-    weights = scores.softmax(dim=-1)                                      # (N, H, Lq, Lk)
-    out = (weights.unsqueeze(-1) * v32.unsqueeze(2)).sum(3)               # (N, H, Lq, D)
+        scores = scores.masked_fill(~key_mask.view(1, 1, -1, 1, 1), float("-inf"))
+    weights = scores.softmax(dim=2)                                       # (B, Lq, Lk, R, H)
+    out = (weights.unsqueeze(-1) * v32.unsqueeze(1)).sum(2)               # (B, Lq, R, H, D)
     return out.to(v.dtype)
 
 
@@ -448,13 +465,14 @@ class TransformerEncoderLayer(nn.Module):
                 row_block_mask=None) -> torch.Tensor:
         """
         Args:
-            src: (B, R, C, E) cell embeddings.
+            src: the table of cell embeddings: (B, R, C, E) on the "torch" path, (B, C, R, E) on the
+                "flash" path (NanoTabPFNModel._table); the output has the same layout.
             train_test_split_index: S (unpadded tables), or None when row_keys is given.
             row_keys: None, or (R,) bool: rows that are keys of the datapoint attention (padded tables).
             column_keys: None, or (C,) bool: columns that are keys of the feature attention (padded tables).
             row_block_mask: None, or a flex_attention BlockMask equal to row_keys (padded_attention="flex").
         Returns:
-            (B, R, C, E).
+            the new table, same shape and layout.
         """
         src = self.norm1(self._attend_features(src, column_keys) + src)
         src = self.norm2(self._attend_datapoints(src, train_test_split_index, row_keys, row_block_mask) + src)
@@ -462,24 +480,31 @@ class TransformerEncoderLayer(nn.Module):
         return src
 
     def _attend_features(self, src: torch.Tensor, column_keys: torch.Tensor | None) -> torch.Tensor:
-        """Each row's C cells attend to each other. (B, R, C, E) -> attention output (B, R, C, E)."""
-        batch_size, rows, columns, embedding = src.shape
+        """Each row's C cells attend to each other. Table in, attention output out, same layout."""
         attention = self.self_attention_between_features
-        seqs = src.reshape(batch_size * rows, columns, embedding)            # (B*R, C, E), a view
         if self.attention == "torch":
+            batch_size, rows, columns, embedding = src.shape
+            seqs = src.reshape(batch_size * rows, columns, embedding)        # (B*R, C, E), a view
             # nn.MultiheadAttention's bool mask means "may NOT attend" (the opposite of SDPA's).
             mask = None if column_keys is None else (~column_keys).expand(columns, columns)
             out = attention(seqs, seqs, seqs, attn_mask=mask)[0]             # (B*R, C, E)
             return out.reshape(batch_size, rows, columns, embedding)
-        q, k, v = _in_projection(attention, seqs)                            # (B*R, H, C, D) each
-        if self.feature_attention == "matmul":
-            out = _matmul_attention(q, k, v, column_keys)                    # (B*R, H, C, D)
-        elif self.feature_attention == "broadcast":
-            out = _broadcast_attention(q, k, v, column_keys)                 # (B*R, H, C, D)
+        batch_size, columns, rows, embedding = src.shape
+        heads = attention.num_heads
+        qkv = F.linear(src, attention.in_proj_weight, attention.in_proj_bias)   # (B, C, R, 3E)
+        q, k, v = qkv.view(batch_size, columns, rows, 3, heads, embedding // heads).unbind(3)  # (B, C, R, H, D)
+        if self.feature_attention == "broadcast":
+            out = _broadcast_attention(q, k, v, column_keys)                 # (B, C, R, H, D), no copies
         else:
-            mask = None if column_keys is None else column_keys.view(1, 1, 1, columns)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)    # (B*R, H, C, D)
-        out = out.transpose(1, 2).reshape(batch_size, rows, columns, embedding)  # (B, R, C, E)
+            # SDPA and the batched matmuls want one (C, D) matrix per row and head: (B*R, H, C, D) copies.
+            q, k, v = (t.permute(0, 2, 3, 1, 4).reshape(batch_size * rows, heads, columns, -1) for t in (q, k, v))
+            if self.feature_attention == "matmul":
+                out = _matmul_attention(q, k, v, column_keys)                # (B*R, H, C, D)
+            else:
+                mask = None if column_keys is None else column_keys.view(1, 1, 1, columns)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B*R, H, C, D)
+            out = out.view(batch_size, rows, heads, columns, -1).permute(0, 3, 1, 2, 4)  # (B, C, R, H, D)
+        out = out.reshape(batch_size, columns, rows, embedding)              # (B, C, R, E)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
     def _sdpa(self, q, k, v, mask):
@@ -491,16 +516,16 @@ class TransformerEncoderLayer(nn.Module):
 
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,
                            row_block_mask=None) -> torch.Tensor:
-        """Every row attends to the train rows within its column. (B, R, C, E) -> output (B, R, C, E).
+        """Every row attends to the train rows within its column. Table in, attention output out, same layout.
 
         Train rows attend to train rows and test rows attend to train rows: the same keys for every
         query, which is why the "flash" path does it in one call.
         """
-        batch_size, rows, columns, embedding = src.shape
         attention = self.self_attention_between_datapoints
-        # Why the copy: each column's rows must be one sequence, (B, R, C, E) -> (B*C, R, E).
-        seqs = src.transpose(1, 2).reshape(batch_size * columns, rows, embedding)
         if self.attention == "torch":
+            batch_size, rows, columns, embedding = src.shape
+            # Why the copy: each column's rows must be one sequence, (B, R, C, E) -> (B*C, R, E).
+            seqs = src.transpose(1, 2).reshape(batch_size * columns, rows, embedding)
             if split is not None:
                 # Upstream, call for call: train rows attend to train rows, test rows to train rows.
                 # (Separate slice objects, as upstream, so nn.MultiheadAttention takes the same path.)
@@ -512,6 +537,8 @@ class TransformerEncoderLayer(nn.Module):
                 out = attention(seqs, seqs, seqs, attn_mask=mask)[0]                      # (B*C, R, E)
             # (B*C, R, E) -> (B, R, C, E)
             return out.reshape(batch_size, columns, rows, embedding).transpose(1, 2)
+        batch_size, columns, rows, embedding = src.shape
+        seqs = src.reshape(batch_size * columns, rows, embedding)        # (B*C, R, E): a view, columns outer
         # One in-projection over all rows; keys/values are then the first S rows (a slice, no copy)
         # or, for padded tables, all rows with the non-train keys masked out.
         q, k, v = _in_projection(attention, seqs)                        # (B*C, H, R, D) each
@@ -523,10 +550,9 @@ class TransformerEncoderLayer(nn.Module):
             out = flex_attention(q, k, v, block_mask=row_block_mask)     # (B*C, H, R, D)
         else:
             out = self._sdpa(q, k, v, row_keys.view(1, 1, 1, rows))      # (B*C, H, R, D)
-        heads = out.shape[1]
-        # One copy straight back to the table layout: (B*C, H, R, D) -> (B, R, C, H, D) -> (B, R, C, E).
-        out = out.unflatten(0, (batch_size, columns)).permute(0, 3, 1, 2, 4)
-        out = out.reshape(batch_size, rows, columns, heads * out.shape[-1])
+        # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory (flash and
+        # cuDNN do), one copy otherwise.
+        out = out.transpose(1, 2).reshape(batch_size, columns, rows, embedding)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
 
