@@ -51,13 +51,15 @@ CONFIGS = [
     ("+compile", ["--resident", "--flash", "--amp", "bf16", "--compile"], "beyond"),
     ("+matmul-features", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul"],
      "beyond"),
-    ("+fused+async", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+    ("+broadcast-features", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention",
+                             "broadcast"], "beyond"),
+    ("+fused+async", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "broadcast",
                       "--fused-optimizer", "--async-loss"], "beyond"),
-    ("+flash-kernel", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+    ("+flash-kernel", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "broadcast",
                        "--fused-optimizer", "--async-loss", "--sdpa-backend", "flash"], "beyond"),
-    ("+cuda-graphs", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+    ("+cuda-graphs", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "broadcast",
                       "--fused-optimizer", "--async-loss", "--cuda-graphs"], "beyond"),
-    ("+flex", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "matmul",
+    ("+flex", ["--resident", "--flash", "--amp", "bf16", "--compile", "--feature-attention", "broadcast",
                "--fused-optimizer", "--async-loss", "--cuda-graphs", "--padded-attention", "flex"], "beyond"),
     ("fast", ["--fast"], "beyond"),
 ]
@@ -1569,6 +1571,163 @@ def mode_quality(args, command):
 
 
 # ---------------------------------------------------------------------------------------------
+# Mode: --attention, the datapoint attention alone: the floor under the step's time.
+
+# Split quantiles measured: the prior draws the split as int(R * U(0.1, 0.9)) (prior_dump.draw_splits), so
+# these are its 10th, 50th and 90th percentiles; a step's median time sits at the median split.
+ATTENTION_SPLIT_QUANTILES = (0.18, 0.5, 0.82)
+
+
+def attention_inputs(N, H, R, D, device, dtype):
+    """A (N, R, 3, H, D) qkv buffer laid out as the model's in-projection writes it, and an output grad."""
+    import torch
+    qkv = torch.randn(N, R, 3, H, D, device=device, dtype=dtype, requires_grad=True)
+    return qkv, torch.randn(N, H, R, D, device=device, dtype=dtype)
+
+
+def attention_step(kernel, qkv, grad, split, flex_fn=None, block_mask=None):
+    """One forward and backward of the datapoint attention as the model runs it: every one of the R rows
+    queries the first `split` rows (keys/values sliced, no mask), or, for "flex", all R keys under a
+    block mask that skips the rows >= split (the padded --cuda-graphs step)."""
+    import torch.nn.functional as F
+    from model import sdpa_restriction
+    q = qkv[:, :, 0].transpose(1, 2)                                   # (N, H, R, D), a view
+    if kernel == "flex":
+        k, v = qkv[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+        out = flex_fn(q, k, v, block_mask=block_mask)
+    else:
+        k, v = qkv[:, :split, 1].transpose(1, 2), qkv[:, :split, 2].transpose(1, 2)   # (N, H, S, D)
+        with sdpa_restriction(kernel):
+            out = F.scaled_dot_product_attention(q, k, v)
+    out.backward(grad)
+
+
+def time_attention(kernel, qkv, grad, split, device, repeats, **kw):
+    """(first_ms, [ms...]): the first call on the host clock (it includes any per-shape planning or
+    compilation), then `repeats` calls timed with CUDA events (the host clock on CPU) after 2 warm-ups."""
+    import torch
+    cuda = device.type == "cuda"
+    _sync(device)
+    t0 = time.perf_counter()
+    attention_step(kernel, qkv, grad, split, **kw)
+    _sync(device)   # why: the first call's cost includes its GPU work
+    first = (time.perf_counter() - t0) * 1e3
+    for _ in range(2):
+        attention_step(kernel, qkv, grad, split, **kw)
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            attention_step(kernel, qkv, grad, split, **kw)
+            end.record()
+            end.synchronize()   # why: elapsed_time needs both events complete
+            times.append(start.elapsed_time(end))
+        else:
+            t1 = time.perf_counter()
+            attention_step(kernel, qkv, grad, split, **kw)
+            times.append((time.perf_counter() - t1) * 1e3)
+    qkv.grad = None
+    return first, times
+
+
+def mode_attention(args, command):
+    """Times the datapoint attention (forward + backward, one layer) per kernel at each workload's shape
+    and split quantiles; writes attention.md / attention.json with the per-step total over the layers."""
+    import torch
+    from model import ModelConfig
+    shapes = resolve_workloads(args)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if args.device == "auto" else args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: CUDA is not available on this machine")
+    from profile_utils import environment_record
+    env = environment_record(device)
+    out_dir = args.out or default_out_dir(env)
+    cfg = ModelConfig()
+    H, D, layers = cfg.num_attention_heads, cfg.embedding_size // cfg.num_attention_heads, cfg.num_layers
+    # bf16 is what the fast configurations train in; the CPU run (tests, --quick) uses fp32.
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    kernels = ["flash", "cudnn", "efficient", "flex"] if device.type == "cuda" else ["math", "flash"]
+    repeats = 3 if args.quick else 15
+    results = {}
+    for workload, shape in shapes.items():
+        R, C = shape["rows"], shape["features"] + 1
+        N = shape["batch_size"] * C
+        rows = []
+        qkv, grad = attention_inputs(N, H, R, D, device, dtype)
+        for quantile in ATTENTION_SPLIT_QUANTILES:
+            split = max(1, min(R, int(R * quantile)))
+            for kernel in kernels:
+                if kernel == "flex" and quantile != 0.5:
+                    continue   # compiled per split: the median only
+                kw = {}
+                try:
+                    if kernel == "flex":
+                        from torch.nn.attention.flex_attention import flex_attention
+                        from model import _train_key_block_mask
+                        kw = {"flex_fn": torch.compile(flex_attention, dynamic=False),
+                              "block_mask": _train_key_block_mask(torch.tensor(split, device=device), R, device)}
+                    first, times = time_attention(kernel, qkv, grad, split, device, repeats, **kw)
+                except Exception as e:   # a kernel this GPU / dtype / head size cannot run: one row says why
+                    rows.append({"kernel": kernel, "split": split, "status": f"n/a: {_last_line(str(e))[:140]}"})
+                    print(f"[{workload}] {kernel} split {split}: n/a ({_last_line(str(e))[:100]})", flush=True)
+                    continue
+                median = statistics.median(times)
+                flops = 4 * N * H * R * split * D * 3.5     # forward 2 matmuls; backward 2.5x the forward
+                rows.append({"kernel": kernel, "split": split, "status": "ok", "first_ms": first,
+                             "median_ms": median, "min_ms": min(times), "max_ms": max(times), "times_ms": times,
+                             "tflops": flops / (median / 1e3) / 1e12, "per_step_ms": median * layers})
+                print(f"[{workload}] {kernel} split {split}: {median:.3f} ms (fwd+bwd, one layer), "
+                      f"first call {first:.1f} ms", flush=True)
+        del qkv, grad
+        results[workload] = {"N": N, "H": H, "R": R, "D": D, "layers": layers, "dtype": str(dtype), "rows": rows,
+                             "target_ms": TARGETS.get(workload, {}).get("step_ms") if not args.quick else None}
+
+    lines = header_lines("The datapoint attention alone: the floor under a training step", command, env, extra=[
+        f"- method: one layer's attention between datapoints, forward + backward, on q/k/v views of one "
+        f"(N, R, 3, H, D) {str(dtype).replace('torch.', '')} buffer as the model's in-projection writes them; "
+        f"every row queries the first S rows (sliced keys, no mask), except flex: all R keys under the block "
+        f"mask of the padded --cuda-graphs step; median of {repeats} calls after 2 warm-ups, timed with "
+        f"{'CUDA events' if device.type == 'cuda' else 'the host clock'}",
+        "- first call: host clock, includes per-shape work (cuDNN builds an execution plan for every new "
+        "split length; flex compiles); TFLOP/s counts 4·N·H·R·S·D for the forward and 2.5x that for the backward",
+        f"- per step: {layers} layers x the one-layer median; splits at the prior's 10/50/90th percentiles of "
+        "int(R x U(0.1, 0.9))"])
+    for workload, r in results.items():
+        lines += [f"## {workload} workload", "",
+                  f"N = B x C = {r['N']} sequences, H = {r['H']} heads of D = {r['D']}, R = {r['R']} rows", "",
+                  "| kernel | split S | fwd+bwd, one layer (ms) | range | per step, all layers (ms) | TFLOP/s |"
+                  " first call (ms) |", "|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            if row["status"] != "ok":
+                lines.append(f"| {row['kernel']} | {row['split']} | {row['status']} | | | | |")
+                continue
+            lines.append(f"| {row['kernel']} | {row['split']} | {row['median_ms']:.3f} | {row['min_ms']:.3f}–"
+                         f"{row['max_ms']:.3f} | {row['per_step_ms']:.2f} | {row['tflops']:.3g} | "
+                         f"{row['first_ms']:.1f} |")
+        median_split = max(1, min(r["R"], int(r["R"] * 0.5)))
+        ok = [row for row in r["rows"] if row["status"] == "ok" and row["split"] == median_split]
+        if ok:
+            best = min(ok, key=lambda row: row["per_step_ms"])
+            line = (f"- fastest at the median split: `{best['kernel']}`, {best['per_step_ms']:.2f} ms per step for "
+                    f"the datapoint attention alone")
+            if r["target_ms"]:
+                line += (f", {100 * best['per_step_ms'] / r['target_ms']:.0f}% of the {r['target_ms']:g} ms "
+                         "step target")
+            lines.append("")
+            lines.append(line)
+        lines.append("")
+    os.makedirs(out_dir, exist_ok=True)
+    md_path, json_path = os.path.join(out_dir, "attention.md"), os.path.join(out_dir, "attention.json")
+    write_json(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(), "device": device_name(env),
+                           "environment": env, "workloads": results})
+    write_text_atomic(md_path, "\n".join(lines))
+    print("wrote " + ", ".join(os.path.relpath(p) for p in (md_path, json_path)))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line.
 
 def build_parser():
@@ -1607,6 +1766,9 @@ def build_parser():
     mode.add_argument("--quality", action="store_true",
                       help="loss curves and eval of baseline vs best (--best-flags, default --fast) over "
                            "--repeats seeds, plus a --time-budget run -> quality.md, loss-curves-<workload>.png")
+    mode.add_argument("--attention", action="store_true",
+                      help="the datapoint attention alone (forward + backward) per kernel at each workload's "
+                           "shape and split quantiles: the floor under the step -> attention.md")
     mode.add_argument("--scaling", action="store_true",
                       help="torchrun over --gpus process counts -> scaling.md, scaling-<workload>.png")
     p.add_argument("--best-flags", default=None,
@@ -1644,6 +1806,8 @@ def main(argv=None):
         command = shlex.join(["python", "benchmark.py"] + argv)
         if args.loaders_only:
             return mode_loaders(args, command)
+        if args.attention:
+            return mode_attention(args, command)
         if args.scaling:
             return mode_scaling(args, command)
         if args.quality:

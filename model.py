@@ -135,6 +135,14 @@ def padded_test_row_mask(num_rows_max: int, split: torch.Tensor, num_rows: torch
     return (rows >= split) & (rows < num_rows)
 
 
+# flex_attention tiles for short padded tables (R_max <= FLEX_SMALL_BLOCK_MAX_ROWS): 64-row blocks instead of
+# the default 128 waste less of the padding (150 rows: 192 computed instead of 256) and give the GPU more
+# blocks to spread (H200, upstream workload: 1.94 vs 2.02 ms/step). Backward tiles as flex's own choice for 64.
+FLEX_SMALL_BLOCK_MAX_ROWS = 1024
+FLEX_SMALL_BLOCK_KERNEL_OPTIONS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64,
+                                   "BLOCK_M2": 64, "BLOCK_N2": 32}
+
+
 def _train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.device):
     """flex_attention BlockMask letting every query attend to keys < split only.
 
@@ -143,14 +151,17 @@ def _train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.
         num_rows_max: R_max (query and key length).
         device: where the mask lives.
     Returns:
-        a BlockMask; key blocks wholly >= split are skipped, not just masked.
+        a BlockMask; key blocks wholly >= split are skipped, not just masked. Its blocks are 64 rows for
+        R_max <= FLEX_SMALL_BLOCK_MAX_ROWS, else flex's default 128.
     """
     from torch.nn.attention.flex_attention import create_block_mask  # lazily: only this option needs it
 
     def keys_before_split(batch, head, query, key):
         return key < split
 
-    return create_block_mask(keys_before_split, None, None, num_rows_max, num_rows_max, device=device)
+    block = 64 if num_rows_max <= FLEX_SMALL_BLOCK_MAX_ROWS else 128
+    return create_block_mask(keys_before_split, None, None, num_rows_max, num_rows_max, device=device,
+                             BLOCK_SIZE=block)
 
 
 class NanoTabPFNModel(nn.Module):
@@ -547,7 +558,10 @@ class TransformerEncoderLayer(nn.Module):
             out = self._sdpa(q, k, v, None)                              # (B*C, H, R, D); no mask: flash-eligible
         elif row_block_mask is not None:
             from torch.nn.attention.flex_attention import flex_attention
-            out = flex_attention(q, k, v, block_mask=row_block_mask)     # (B*C, H, R, D)
+            # The kernel's tiles must match the mask's blocks (64 for short tables, see _train_key_block_mask).
+            small = row_block_mask.BLOCK_SIZE[1] == 64
+            out = flex_attention(q, k, v, block_mask=row_block_mask,
+                                 kernel_options=FLEX_SMALL_BLOCK_KERNEL_OPTIONS if small else None)  # (B*C, H, R, D)
         else:
             out = self._sdpa(q, k, v, row_keys.view(1, 1, 1, rows))      # (B*C, H, R, D)
         # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory (flash and

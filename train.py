@@ -214,14 +214,26 @@ def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
     return state
 
 
-def loss_on_batch(model, batch, amp: str):
+# torch.compile keeps the feature count static (one graph per count, so Inductor's kernels reduce over a
+# row's C cells with a fixed size) while a dump has at most this many features; above it, a graph per count
+# would run into dynamo's recompile limit (8), so the count stays a dynamic dimension. H200, blog workload
+# with the broadcast feature attention: 25.7 ms/step static vs 28.8 ms dynamic.
+STATIC_FEATURE_COUNTS_MAX = 6
+
+
+def loss_on_batch(model, batch, amp: str, static_features: bool = False):
     """Cross-entropy of the test rows given the train rows, as upstream computes it.
 
     Args:
         batch: loaders.Batch with x (B, R, F), y (B, R) class indices as float, split S.
+        static_features: mark x's feature dimension static for torch.compile (a graph per feature count;
+            the split and row count stay dynamic). No effect without compile.
     Returns:
         scalar fp32 loss over the B*(R-S) test cells.
     """
+    if static_features:
+        from torch._dynamo import mark_static  # loaded by torch.compile already
+        mark_static(batch.x, 2)
     split = batch.split
     with torch.autocast(batch.x.device.type, dtype=torch.bfloat16, enabled=(amp == "bf16")):
         logits = model((batch.x, batch.y[:, :split]), train_test_split_index=split)  # (B, R-S, O)
@@ -443,6 +455,7 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
         graphed = GraphedTrainStep(model, optimizer, config, config.batch_size, config.pad_rows,
                                    config.pad_features, device)
     phases = ("data", "step") if graphed else ("data", "forward", "backward", "optimizer")
+    static_features = config.compile and 0 < config.pad_features <= STATIC_FEATURE_COUNTS_MAX
     timer = StepTimer(device, warmup_steps=config.timing_warmup, phases=phases,
                       compute_phases=("step",) if graphed else None)
     # The profiled window starts after the timing warm-up, so compilation, recompiles and graph capture
@@ -512,7 +525,7 @@ def train(model: torch.nn.Module, loader, config: TrainConfig, eval_fn=None, che
                             pending.append(loss)
                 else:
                     with timer.phase("forward"):
-                        loss = loss_on_batch(model, batch, config.amp)
+                        loss = loss_on_batch(model, batch, config.amp, static_features)
                     with timer.phase("backward"):
                         loss.backward()
                         if config.sync_every_step and world_size == 1:

@@ -241,6 +241,26 @@ def test_loaders_only_quick_on_cpu(tmp_path):
         assert "needs CUDA" in md
 
 
+def test_attention_quick_on_cpu_times_every_kernel_at_every_split(tmp_path):
+    out = tmp_path / "attention"
+    proc = run_cli("--attention", "--quick", "--out", str(out), "--workloads", "blog,upstream")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    md = (out / "attention.md").read_text()
+    data = json.loads((out / "attention.json").read_text())
+    assert set(data["workloads"]) == {"blog", "upstream"}
+    for workload, shape in benchmark.QUICK_WORKLOADS.items():
+        result = data["workloads"][workload]
+        assert result["N"] == shape["batch_size"] * (shape["features"] + 1) and result["R"] == shape["rows"]
+        splits = {int(shape["rows"] * q) for q in benchmark.ATTENTION_SPLIT_QUANTILES}
+        assert {(r["kernel"], r["split"]) for r in result["rows"]} == {(k, s) for k in ("math", "flash")
+                                                                        for s in splits}
+        for row in result["rows"]:
+            assert row["status"] == "ok" and row["median_ms"] > 0
+            assert row["per_step_ms"] == pytest.approx(3 * row["median_ms"])
+            assert f"| {row['kernel']} | {row['split']} | {row['median_ms']:.3f} |" in md
+    assert "fastest at the median split" in md
+
+
 def test_scaling_rows_throughput_and_efficiency():
     def run(gpus, median, world):
         record = fake_record(median, world_size=world)

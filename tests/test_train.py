@@ -353,6 +353,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     long_tables = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=5000)
     assert long_tables.flash and long_tables.compile and long_tables.amp == "bf16"
     assert not long_tables.cuda_graphs and long_tables.sdpa_backend == "flash"   # sliced: no mask, flash
+    assert long_tables.feature_attention == "broadcast"
     short = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=150)
     assert short.cuda_graphs and short.sdpa_backend == "auto"                     # padded: a mask, no flash
     assert short.padded_attention == "sdpa"                                       # flex has no CPU backward
@@ -361,3 +362,36 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp = train_optimized.apply_fast(parse(["--fast", "--device", "cpu"]), max_rows=150)
     assert not ddp.cuda_graphs and ddp.sdpa_backend == "flash"
+
+
+def test_static_features_give_compile_a_concrete_feature_count():
+    """With static_features every graph dynamo builds has a fixed feature count (a graph per count)
+    while the split stays symbolic; without it the feature count turns symbolic after it changes."""
+    import torch._dynamo
+    from loaders import Batch
+    from model import NanoTabPFNModel
+    import train
+
+    def feature_dims(static):
+        torch._dynamo.reset()
+        dims = []
+
+        def backend(gm, example_inputs):
+            for node in gm.graph.nodes:
+                value = node.meta.get("example_value")
+                if node.op == "placeholder" and isinstance(value, torch.Tensor) and value.dim() == 3:
+                    dims.append(value.shape[2])                       # x: (B, R, F)
+            return gm.forward
+
+        torch.manual_seed(0)
+        model = torch.compile(NanoTabPFNModel(attention="flash", feature_attention="broadcast",
+                                              embedding_size=16, mlp_hidden_size=16, num_layers=1),
+                              backend=backend)
+        for features, split in ((5, 9), (5, 11), (4, 10), (5, 12), (4, 13)):
+            x, y = torch.randn(2, 20, features), torch.randint(0, 2, (2, 20)).float()
+            train.loss_on_batch(model, Batch(x, y, split, False), "off", static_features=static).backward()
+        return dims
+
+    static = feature_dims(True)
+    assert static and all(isinstance(d, int) for d in static) and {4, 5} <= set(static)
+    assert not all(isinstance(d, int) for d in feature_dims(False))   # the test can tell the difference
