@@ -395,3 +395,24 @@ def test_static_features_give_compile_a_concrete_feature_count():
     static = feature_dims(True)
     assert static and all(isinstance(d, int) for d in static) and {4, 5} <= set(static)
     assert not all(isinstance(d, int) for d in feature_dims(False))   # the test can tell the difference
+
+
+def test_graphed_step_buffers_are_zero_beyond_every_batch():
+    """load() skips the zeroing for a full-size batch; a smaller batch after it must still see zeros
+    (not the previous batch) in the padding."""
+    from loaders import Batch
+    from model import NanoTabPFNModel
+    import train
+    model = NanoTabPFNModel(attention="flash", embedding_size=16, mlp_hidden_size=16, num_layers=1)
+    optimizer = train.FusedScheduleFreeAdamW(model.parameters(), lr=1e-3)
+    step = train.GraphedTrainStep(model, optimizer, train.TrainConfig(), batch_size=2, rows=10, features=4,
+                                  device=torch.device("cpu"))
+    full = Batch(torch.full((2, 10, 4), 7.0), torch.ones(2, 10), 5, False)
+    step.load(full)
+    assert (step.x == 7).all() and (step.y == 1).all()
+    for rows, features in ((10, 3), (6, 4), (6, 2)):
+        step.load(full)
+        step.load(Batch(torch.full((2, rows, features), 3.0), torch.full((2, rows), 2.0), 4, False))
+        assert (step.x[:, :rows, :features] == 3).all() and (step.y[:, :rows] == 2).all()
+        assert step.x.sum() == 3 * 2 * rows * features and step.y.sum() == 2 * 2 * rows
+        assert int(step.num_rows) == rows and int(step.num_features) == features and int(step.split) == 4
