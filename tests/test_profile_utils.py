@@ -156,36 +156,39 @@ def test_recent_for_the_log_line():
     assert r["step_ms"] >= r["data_ms"] and set(r["phases"]) == set(timer.phases)
 
 
-def _timer_cost_per_step_us(enabled, steps=3000, repeats=3):
-    best = float("inf")
-    for _ in range(repeats):
-        timer = pu.StepTimer("cpu", enabled=enabled)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            timer.start_step()
-            with timer.phase("data"):
+def _clock_reads_per_step(monkeypatch, enabled, steps):
+    """perf_counter reads the timer makes in each of `steps` 4-phase steps (CPU)."""
+    reads = []
+    real = time.perf_counter
+
+    def counting():
+        reads[-1] += 1
+        return real()
+    monkeypatch.setattr(pu.time, "perf_counter", counting)
+    timer = pu.StepTimer("cpu", enabled=enabled)
+    for _ in range(steps):
+        reads.append(0)
+        timer.start_step()
+        for name in ("data", "forward", "backward", "optimizer"):
+            with timer.phase(name):
                 pass
-            with timer.phase("forward"):
-                pass
-            with timer.phase("backward"):
-                pass
-            with timer.phase("optimizer"):
-                pass
-            timer.end_step()
-        best = min(best, (time.perf_counter() - t0) / steps * 1e6)
-    return best
+        timer.end_step()
+    monkeypatch.setattr(pu.time, "perf_counter", real)
+    return reads, timer
 
 
-def test_timer_overhead_per_step_is_small():
-    # A real bound: a 4-phase step costs ~5 µs here; 50 µs leaves room for a busy 2-core runner
-    # while still catching a sync, an allocation per phase or a log call on the hot path.
-    per_step = _timer_cost_per_step_us(True)
-    assert per_step < 50.0, f"timer costs {per_step:.1f} µs per 4-phase step"
-    disabled = _timer_cost_per_step_us(False)
-    assert disabled < 10.0, f"disabled timer costs {disabled:.1f} µs per step"
-    m = pu.measure_overhead(steps=1000)
-    assert 0.0 < m["per_step_us"] < 50.0
-    assert m["per_phase_us"] == pytest.approx(m["per_step_us"] / 4)
+def test_timer_hot_path_does_constant_small_work_per_step(monkeypatch, capsys):
+    """No timed bound (timings belong in benchmark.py): the hot path's work is counted instead. A step
+    reads the clock a fixed, small number of times (two per phase, two per step), the same at step 5
+    and step 500 (nothing grows with the run), prints nothing, and a disabled timer reads no clock."""
+    reads, timer = _clock_reads_per_step(monkeypatch, True, 500)
+    assert set(reads) == {2 * 4 + 2}
+    assert timer.summary()["syncs"] == 0
+    disabled, _ = _clock_reads_per_step(monkeypatch, False, 50)
+    assert set(disabled) == {0}
+    assert capsys.readouterr().out == ""
+    m = pu.measure_overhead(steps=200)
+    assert m["per_step_us"] > 0 and m["per_phase_us"] == pytest.approx(m["per_step_us"] / 4)
 
 
 def test_memory_stays_flat_floats_not_objects():
@@ -193,7 +196,6 @@ def test_memory_stays_flat_floats_not_objects():
     timer = pu.StepTimer("cpu", warmup_steps=warm)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    t0 = time.perf_counter()
     for _ in range(steps):
         timer.start_step()
         with timer.phase("data"):
@@ -201,14 +203,12 @@ def test_memory_stays_flat_floats_not_objects():
         with timer.phase("forward"):
             pass
         timer.end_step()
-    elapsed = time.perf_counter() - t0
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     measured = steps - warm
     floats = measured * 2 * (len(timer.phases) + 1)   # clock + host view, phases + step
     # array('d') keeps 8 bytes a float; Python float objects in lists would cost >= 32.
     assert grown < 12 * floats, f"{grown} bytes for {floats} floats"
-    assert elapsed < 10.0
     s = timer.summary()
     assert s["measured_steps"] == measured and s["phases"]["data"]["n"] == measured
 
