@@ -225,12 +225,16 @@ def test_quick_ablation_writes_tables_traced_to_records(quick_run):
             assert rows[config]["speedup vs baseline"] == f"{medians['baseline'] / medians[config]:.2f}x"
 
 
-def test_loaders_only_quick_on_cpu(tmp_path):
-    out = tmp_path / "loaders"
-    proc = run_cli("--loaders-only", "--quick", "--out", str(out), "--workloads", "blog")
+def quick_mode(tmp_path, flag, name, workloads):
+    """Runs `benchmark.py <flag> --quick` on CPU; returns its <name>.md text and <name>.json data."""
+    out = tmp_path / name
+    proc = run_cli(flag, "--quick", "--out", str(out), "--workloads", workloads)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    md = (out / "loaders.md").read_text()
-    data = json.loads((out / "loaders.json").read_text())
+    return (out / f"{name}.md").read_text(), json.loads((out / f"{name}.json").read_text())
+
+
+def test_loaders_only_quick_on_cpu(tmp_path):
+    md, data = quick_mode(tmp_path, "--loaders-only", "loaders", "blog")
     rows = {r["loader_config"]: r for r in data["rows"]["blog"]}
     assert set(rows) == {name for name, _ in benchmark.LOADER_CONFIGS}
     for name, row in rows.items():
@@ -242,11 +246,7 @@ def test_loaders_only_quick_on_cpu(tmp_path):
 
 
 def test_attention_quick_on_cpu_times_every_kernel_at_every_split(tmp_path):
-    out = tmp_path / "attention"
-    proc = run_cli("--attention", "--quick", "--out", str(out), "--workloads", "blog,upstream")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    md = (out / "attention.md").read_text()
-    data = json.loads((out / "attention.json").read_text())
+    md, data = quick_mode(tmp_path, "--attention", "attention", "blog,upstream")
     assert set(data["workloads"]) == {"blog", "upstream"}
     for workload, shape in benchmark.QUICK_WORKLOADS.items():
         result = data["workloads"][workload]
