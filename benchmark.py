@@ -1104,6 +1104,31 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def _in_process_device(args):
+    """The torch.device of --device for the modes that measure in this process (train.resolve_device)."""
+    from train import resolve_device
+    try:
+        return resolve_device(args.device)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(str(e)) from None
+
+
+def _timed_ms(device, fn):
+    """Milliseconds one call of fn takes: CUDA events around it on CUDA (GPU time of what it queues),
+    the host clock on CPU. Returns (ms, fn's result)."""
+    import torch
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        result = fn()
+        return (time.perf_counter() - t0) * 1e3, result
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = fn()
+    end.record()
+    end.synchronize()   # why: elapsed_time needs both events complete
+    return start.elapsed_time(end), result
+
+
 def h2d_bandwidth(device, nbytes, repeats=10):
     """Host-to-device copy bandwidth of one `nbytes` buffer, pinned and pageable, with CUDA events.
 
@@ -1121,15 +1146,7 @@ def h2d_bandwidth(device, nbytes, repeats=10):
             src = src.pin_memory()
         src.to(device, non_blocking=True)             # warm-up: allocator and driver set-up
         _sync(device)
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dst = src.to(device, non_blocking=True)
-            end.record()
-            end.synchronize()   # why: elapsed_time needs both events complete
-            times.append(start.elapsed_time(end))
-            del dst
+        times = [_timed_ms(device, lambda: src.to(device, non_blocking=True))[0] for _ in range(repeats)]
         median = statistics.median(times)
         out[kind] = {"bytes": nbytes, "median_ms": median, "gb_per_s": nbytes / (median / 1e3) / 1e9,
                      "times_ms": times}
@@ -1190,14 +1207,8 @@ def batch_copy_us(device, shape, repeats=50):
             x, y = x.pin_memory(), y.pin_memory()
         x.to(device), y.to(device)
         _sync(device)
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            end.record()
-            end.synchronize()   # why: elapsed_time needs both events complete
-            times.append(start.elapsed_time(end) * 1000.0)
+        times = [_timed_ms(device, lambda: (x.to(device, non_blocking=True), y.to(device, non_blocking=True)))[0]
+                 * 1000.0 for _ in range(repeats)]
         out[kind] = statistics.median(times)
     return out
 
@@ -1207,14 +1218,8 @@ def mode_loaders(args, command):
     shapes = resolve_workloads(args)
     # Dumps first: a missing one is generated in a child process, before this one touches CUDA.
     dumps = {w: ensure_dump(shape, args.dump_seed, _dump_device(args)) for w, shape in shapes.items()}
-    import torch
     from loaders import DumpError, open_dump
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise UsageError(f"--device {args.device}: CUDA is not available on this machine")
+    device = _in_process_device(args)
     from profile_utils import environment_record
     env = environment_record(device)
     out_dir = args.out or default_out_dir(env)
@@ -1605,8 +1610,6 @@ def attention_step(kernel, qkv, grad, split, flex_fn=None, block_mask=None):
 def time_attention(kernel, qkv, grad, split, device, repeats, **kw):
     """(first_ms, [ms...]): the first call on the host clock (it includes any per-shape planning or
     compilation), then `repeats` calls timed with CUDA events (the host clock on CPU) after 2 warm-ups."""
-    import torch
-    cuda = device.type == "cuda"
     _sync(device)
     t0 = time.perf_counter()
     attention_step(kernel, qkv, grad, split, **kw)
@@ -1614,19 +1617,7 @@ def time_attention(kernel, qkv, grad, split, device, repeats, **kw):
     first = (time.perf_counter() - t0) * 1e3
     for _ in range(2):
         attention_step(kernel, qkv, grad, split, **kw)
-    times = []
-    for _ in range(repeats):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            attention_step(kernel, qkv, grad, split, **kw)
-            end.record()
-            end.synchronize()   # why: elapsed_time needs both events complete
-            times.append(start.elapsed_time(end))
-        else:
-            t1 = time.perf_counter()
-            attention_step(kernel, qkv, grad, split, **kw)
-            times.append((time.perf_counter() - t1) * 1e3)
+    times = [_timed_ms(device, lambda: attention_step(kernel, qkv, grad, split, **kw))[0] for _ in range(repeats)]
     qkv.grad = None
     return first, times
 
@@ -1637,10 +1628,7 @@ def mode_attention(args, command):
     import torch
     from model import ModelConfig
     shapes = resolve_workloads(args)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if args.device == "auto" else args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: CUDA is not available on this machine")
+    device = _in_process_device(args)
     from profile_utils import environment_record
     env = environment_record(device)
     out_dir = args.out or default_out_dir(env)

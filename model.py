@@ -137,10 +137,12 @@ def padded_test_row_mask(num_rows_max: int, split: torch.Tensor, num_rows: torch
 
 # flex_attention tiles for short padded tables (R_max <= FLEX_SMALL_BLOCK_MAX_ROWS): 64-row blocks instead of
 # the default 128 waste less of the padding (150 rows: 192 computed instead of 256) and give the GPU more
-# blocks to spread (H200, upstream workload: 1.94 vs 2.02 ms/step). Backward tiles as flex's own choice for 64.
-FLEX_SMALL_BLOCK_MAX_ROWS = 1024
-FLEX_SMALL_BLOCK_KERNEL_OPTIONS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64,
-                                   "BLOCK_M2": 64, "BLOCK_N2": 32}
+# blocks to spread (H200, upstream workload: 1.94 vs 2.02 ms/step). The kernel's tiles must match the mask's
+# blocks: FLEX_KERNEL_OPTIONS maps a mask block size to them (backward tiles as flex's own choice for 64);
+# a block size not in it keeps flex's defaults.
+FLEX_SMALL_BLOCK, FLEX_SMALL_BLOCK_MAX_ROWS = 64, 1024
+FLEX_KERNEL_OPTIONS = {FLEX_SMALL_BLOCK: {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64,
+                                          "BLOCK_M2": 64, "BLOCK_N2": 32}}
 
 
 def _train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.device):
@@ -159,7 +161,7 @@ def _train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.
     def keys_before_split(batch, head, query, key):
         return key < split
 
-    block = 64 if num_rows_max <= FLEX_SMALL_BLOCK_MAX_ROWS else 128
+    block = FLEX_SMALL_BLOCK if num_rows_max <= FLEX_SMALL_BLOCK_MAX_ROWS else 128
     return create_block_mask(keys_before_split, None, None, num_rows_max, num_rows_max, device=device,
                              BLOCK_SIZE=block)
 
@@ -394,17 +396,15 @@ def _in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
 
     Args:
         attention: the module whose in_proj_weight (3E, E) / in_proj_bias (3E,) are used.
-        x: (N, L, E) sequences.
+        x: (..., E) cells, any leading dimensions.
     Returns:
-        q, k, v, each (N, H, L, D): strided views into one (N, L, 3E) buffer (no copies; SDPA and
-        matmul accept them since the last dimension is contiguous).
+        q, k, v, each (..., H, D): strided views into one (..., 3E) buffer (no copies; SDPA, flash
+        and the broadcast form accept them since the last dimension is contiguous).
     """
-    n, length, embedding = x.shape
     heads = attention.num_heads
-    qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)   # (N, L, 3E)
-    qkv = qkv.view(n, length, 3, heads, embedding // heads)               # (N, L, 3, H, D)
-    q, k, v = qkv.unbind(2)                                               # (N, L, H, D) each
-    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)        # (N, H, L, D) each
+    qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)   # (..., 3E)
+    qkv = qkv.unflatten(-1, (3, heads, x.shape[-1] // heads))             # (..., 3, H, D)
+    return qkv.unbind(-3)                                                 # (..., H, D) each
 
 
 def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None):
@@ -502,8 +502,7 @@ class TransformerEncoderLayer(nn.Module):
             return out.reshape(batch_size, rows, columns, embedding)
         batch_size, columns, rows, embedding = src.shape
         heads = attention.num_heads
-        qkv = F.linear(src, attention.in_proj_weight, attention.in_proj_bias)   # (B, C, R, 3E)
-        q, k, v = qkv.view(batch_size, columns, rows, 3, heads, embedding // heads).unbind(3)  # (B, C, R, H, D)
+        q, k, v = _in_projection(attention, src)                             # (B, C, R, H, D) each
         if self.feature_attention == "broadcast":
             out = _broadcast_attention(q, k, v, column_keys)                 # (B, C, R, H, D), no copies
         else:
@@ -552,16 +551,14 @@ class TransformerEncoderLayer(nn.Module):
         seqs = src.reshape(batch_size * columns, rows, embedding)        # (B*C, R, E): a view, columns outer
         # One in-projection over all rows; keys/values are then the first S rows (a slice, no copy)
         # or, for padded tables, all rows with the non-train keys masked out.
-        q, k, v = _in_projection(attention, seqs)                        # (B*C, H, R, D) each
+        q, k, v = (t.transpose(1, 2) for t in _in_projection(attention, seqs))   # (B*C, H, R, D) each
         if row_keys is None:
             k, v = k[:, :, :split], v[:, :, :split]                      # (B*C, H, S, D)
             out = self._sdpa(q, k, v, None)                              # (B*C, H, R, D); no mask: flash-eligible
         elif row_block_mask is not None:
             from torch.nn.attention.flex_attention import flex_attention
-            # The kernel's tiles must match the mask's blocks (64 for short tables, see _train_key_block_mask).
-            small = row_block_mask.BLOCK_SIZE[1] == 64
-            out = flex_attention(q, k, v, block_mask=row_block_mask,
-                                 kernel_options=FLEX_SMALL_BLOCK_KERNEL_OPTIONS if small else None)  # (B*C, H, R, D)
+            options = FLEX_KERNEL_OPTIONS.get(row_block_mask.BLOCK_SIZE[1])    # tiles matching the mask's blocks
+            out = flex_attention(q, k, v, block_mask=row_block_mask, kernel_options=options)  # (B*C, H, R, D)
         else:
             out = self._sdpa(q, k, v, row_keys.view(1, 1, 1, rows))      # (B*C, H, R, D)
         # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory (flash and
