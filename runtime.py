@@ -1,0 +1,81 @@
+"""What every script shares about its process: the CLI's one-line errors, the device, the ranks, the seed."""
+import argparse
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+
+class UsageError(ValueError):
+    """Bad command-line input: the script prints `error: <message>` (one line) and exits 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the repository's error style: one line, no usage block, exit status 2."""
+
+    def error(self, message):
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Prints `error: <message>` as one line on stderr and returns the exit code to pass to sys.exit."""
+    print("error: " + " ".join(str(message).split()), file=sys.stderr)
+    return code
+
+
+def world_size() -> int:
+    """Processes in this run: torchrun's WORLD_SIZE, 1 when not launched by torchrun."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def cuda_requested(name: str) -> bool:
+    """Whether --device `name` will run on CUDA on this machine."""
+    return torch.cuda.is_available() and not name.startswith("cpu") and name != "meta"
+
+
+def resolve_device(name: str) -> torch.device:
+    """--device auto|cpu|cuda|cuda:N -> torch.device; a CUDA device on a machine without one is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name}: not a device (auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available on this machine")
+    return device
+
+
+def init_distributed(requested_device: str):
+    """Starts torch.distributed when launched by torchrun (WORLD_SIZE > 1): NCCL on GPUs, gloo on CPU.
+
+    Returns (rank, world_size, device); each process drives the GPU of its LOCAL_RANK.
+    """
+    if world_size() == 1:
+        return 0, 1, resolve_device(requested_device)
+    import torch.distributed as dist
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = cuda_requested(requested_device)
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off: required on shared hosts
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def rank_and_world():
+    """(rank, world size) of an initialised process group, (0, 1) otherwise."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def set_seed(seed: int):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,256 @@
+"""The one I/O safety layer: atomic writes, output-path checks before any work, stale temp/lock cleanup.
+
+Every file this repository writes goes through `atomic_output` (or a helper built on it): the bytes go
+to `.<name>.<pid>.tmp` beside the target, are fsynced, then renamed over it, so the final name holds
+the old file or the new one, never a partial one. A write that fails (disk full, permission) raises
+OutputError with one line, after removing its temp file. Temp and lock files carry the writer's pid,
+so the next run that touches the folder removes those of dead processes (`clean_stale`).
+"""
+import contextlib
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import shutil
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
+
+
+class OutputError(OSError):
+    """An output that cannot be written: one line for the user, nothing half-written left behind."""
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return "disk full or file-size limit reached"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied"
+    return exc.strerror or str(exc)
+
+
+def fsync_dir(folder):
+    """Makes renames in `folder` durable (best effort: some file systems refuse to open a directory)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def temp_path(path) -> str:
+    """The temp name beside `path` that this process writes before renaming: `.<name>.<pid>.tmp`."""
+    path = os.fspath(path)
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(folder) -> list:
+    """Removes temp files (`.<name>.<pid>.tmp`) and lock files (`*.lock` holding a pid) of dead processes.
+
+    Returns the removed paths. Files of live processes, and files that are not ours, are left alone.
+    """
+    folder = os.fspath(folder) or "."
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        pid = None
+        match = _TEMP.match(name)
+        if match:
+            pid = int(match["pid"])
+        elif name.endswith(".lock"):
+            with contextlib.suppress(OSError, ValueError):
+                with open(path) as f:
+                    pid = int(f.read().strip() or "0")
+            if pid is not None and pid > 0 and not _pid_alive(pid) and not _locked(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed.append(path)
+            continue
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    return removed
+
+
+def _locked(path) -> bool:
+    """True when another process holds an flock on `path` (a live lock whose pid was reused is kept)."""
+    try:
+        with open(path) as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def file_lock(path):
+    """Exclusive flock on `path` (created holding our pid); blocks until the holder releases it."""
+    try:
+        handle = open(path, "a+")
+    except OSError as exc:
+        raise OutputError(f"cannot create lock {path}: {_why(exc)}") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)   # released: nothing left for the next run to clean
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def atomic_output(path, what: str = "output"):
+    """Yields a temp path beside `path`; on a clean exit it is fsynced and renamed over `path`.
+
+    On any exception the temp file is removed and `path` keeps its old content; OSErrors become one-line
+    OutputErrors naming `what` and `path`.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = temp_path(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        clean_stale(folder)
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())      # the bytes are on disk before the name points at them
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)         # atomic: readers see the old file or the new one, never half
+        fsync_dir(folder)             # and the rename itself survives a crash
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OutputError):
+            raise
+        raise OutputError(f"cannot write {what} {path}: {_why(exc)}; the previous file (if any) is intact") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path, data: bytes, what: str = "output") -> str:
+    with atomic_output(path, what) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    return os.fspath(path)
+
+
+def write_text_atomic(path, text: str, what: str = "output") -> str:
+    return write_bytes_atomic(path, text.encode("utf-8"), what)
+
+
+def to_jsonable(obj):
+    """Plain JSON types from numpy/torch scalars and arrays, tuples, sets, paths, dataclasses, torch dtypes
+    and devices; non-finite floats become "NaN" / "Infinity" / "-Infinity" (strict JSON has no NaN, and a
+    NaN loss must stay visible in a record)."""
+    import dataclasses
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, (str, bool)) or obj is None:
+        return obj
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if type(obj).__module__.startswith("torch") and type(obj).__name__ in ("dtype", "device"):
+        return str(obj)
+    if hasattr(obj, "tolist") and not isinstance(obj, (int, float)):   # numpy / torch scalars and arrays
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON: {obj!r:.80}")
+
+
+def write_json_atomic(path, obj, what: str = "record") -> str:
+    """JSON of `obj` written atomically; raises TypeError before touching the disk if it has no JSON form."""
+    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n"
+    return write_text_atomic(path, text, what)
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    with contextlib.suppress(OSError):
+        return os.path.samefile(a, b)
+    return False
+
+
+def check_outputs(outputs: dict, inputs=(), need_bytes: dict | None = None) -> None:
+    """Checks every output path before any work; raises OutputError (one line) on the first problem.
+
+    outputs: {flag or label: path} the run will write (None/"" entries are skipped).
+    inputs: paths the run reads; no output may be one of them.
+    need_bytes: {label: bytes} free space each output's folder must have.
+    """
+    outputs = {k: os.fspath(v) for k, v in outputs.items() if v}
+    labels = list(outputs)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            if _same_file(outputs[a], outputs[b]):
+                raise OutputError(f"{a} and {b} name the same file ({outputs[a]}); one would overwrite the other")
+    for label, path in outputs.items():
+        for src in inputs:
+            if src and _same_file(path, os.fspath(src)):
+                raise OutputError(f"{label} {path} is a file this run reads; refusing to overwrite it")
+        if os.path.isdir(path) and not label.endswith("dir"):
+            raise OutputError(f"{label} {path} is a directory")
+        folder = path if label.endswith("dir") else (os.path.dirname(os.path.abspath(path)) or ".")
+        probe = folder
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe) or "."
+        if not os.path.isdir(probe):
+            raise OutputError(f"{label} {path}: {probe} is a file, not a folder")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise OutputError(f"{label} {path}: folder {probe} is not writable")
+        need = (need_bytes or {}).get(label, 0)
+        if need:
+            free = shutil.disk_usage(probe).free
+            if need > free:
+                raise OutputError(f"{label} {path} needs {format_bytes(need)} and {probe} has "
+                                  f"{format_bytes(free)} free")
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} PiB"
