@@ -1,37 +1,14 @@
-"""Synthetic classification prior for nanoTabPFN, written in nanoTabPFN's HDF5 dump format.
+"""Synthetic SCM classification prior for nanoTabPFN, written in nanoTabPFN's HDF5 dump format.
 
     python prior_dump.py --preset nano --num-datasets 20000 --out data/nano_20k.h5
     python prior_dump.py --preset blog                 # 30k x 5000 rows x 5 features, on CUDA if present
     python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
 
-The published 300k_150x5_2.h5 cannot be downloaded everywhere and a dump of random labels teaches
-nothing, so datasets are drawn from a structural-causal-model (SCM) prior in the spirit of TabPFN/TabICL:
-  * MLP SCM (70% of datasets): root causes pass through 2-6 sparse random layers (width 5-130; per
-    dataset and layer an activation among tanh/relu/sin/abs/square/step, blended with the identity at
-    a per-dataset strength; Gaussian noise on every node). Either y is a random hidden node and X are
-    nodes anywhere in the graph (causes, effects or siblings of y, drawn preferring nodes correlated
-    with y), or X are the root causes (the only ones) and y is a last-layer node.
-  * Tree SCM (30%): correlated features fed to a sum of 1-3 random trees (depth 2-4) whose splits are
-    axis-aligned or oblique, plus noise.
-The continuous target is cut into 2..C classes (by rank quantiles or by value thresholds, every class
->= 10%/C of the rows), labels are permuted, every class is put in both the train and the test part.
-Features are randomly skewed / quantised, standardised per dataset, clipped to +-6, zero-padded beyond
-num_features. On 200 nano datasets, a logistic regression / random forest fitted on the train part
-reach a mean test ROC AUC of 0.78-0.80 / 0.79-0.83 (two seeds; sd ~0.15, 5-9% of datasets < 0.6).
-
-Randomness: datasets are built in chunks of ROWS_PER_CHUNK rows (128 datasets of 150 rows, 4 of 5000)
-with batched torch ops. A chunk shares its MLP depth/width and tree shape, and has its own generators
-seeded from (seed, chunk index). The data therefore depend on (seed, rows, features, classes,
-original_batch_size, device type) only, not on group_size, CPU threads or the progress bar, and a dump
-of N datasets is a prefix of one of M > N. CPU and CUDA dumps differ (different torch generators);
-each is identical byte for byte when regenerated on the same device type.
-
-Speed, whole write_dump: H200 host, CUDA: nano 300k in 21 s (14k datasets/s), blog 30k in 53 s (570/s).
-Same host on CPU (16 chunk workers): 7.2k/s of 150x5, 300/s of 5000x5. A 2-vCPU box shared with other
-jobs while measured: 1.0-1.8k/s of 150x5 (the 20k default dump in 11-20 s), 31-45/s of 5000x5. On CPU the
-random draws and elementwise passes over the (datasets, width, rows) hidden nodes dominate.
+Datasets come from MLP SCMs (70%) and sums of random trees (30%); the target is cut into 2..C classes,
+every class appears on both sides of the split. The data depend on (seed, rows, features, classes,
+original_batch_size, device type) only; a dump of N datasets is a prefix of one of M > N.
 """
-import argparse
+import contextlib
 import math
 import os
 import sys
@@ -41,6 +18,9 @@ from typing import NamedTuple
 import h5py
 import numpy as np
 import torch
+
+import safe_io
+from runtime import ArgumentParser, resolve_device
 
 PRESETS = {
     "nano": dict(num_datasets=300_000, rows=150, features=5, classes=2),   # like 300k_150x5_2.h5
@@ -71,10 +51,7 @@ def _log_uniform(gen, shape, low, high, device):
 
 
 def _standardize(t, dim=1):
-    """Zero mean, unit std along `dim`; a constant column becomes 0, not NaN.
-
-    Two plain passes: torch.std_mean is several times slower on CPU.
-    """
+    """Zero mean, unit std along `dim`; a constant column becomes 0, not NaN (two plain passes: fast on CPU)."""
     centered = t - t.mean(dim, keepdim=True)
     return centered * torch.rsqrt(centered.square().mean(dim, keepdim=True) + 1e-12)
 
@@ -113,8 +90,7 @@ def _sample_causes(gen, num, count, rows, device):
 def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     """Random sparse MLP SCMs sharing depth and width. Returns X (num, R, F) and target (num, R).
 
-    Nodes are kept as (num, width, R): per-node statistics then reduce over the last, contiguous
-    dimension, several times faster on CPU than over the middle one.
+    Nodes are (num, width, R): per-node statistics reduce over the last, contiguous dimension.
     """
     num_layers = int(rng.integers(2, 7))
     width = int(round(math.exp(rng.uniform(math.log(5), math.log(130)))))
@@ -161,9 +137,8 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     key_y = key_y + 2.0 * (causes_to_output[:, None] & (layer_of_node != num_layers))
     y_node = key_y.argmin(1)                                         # (num,)
     target = nodes.gather(1, y_node[:, None, None].expand(num, 1, rows))         # (num, 1, R)
-    # X: Gumbel top-k with logits = strength * |corr(node, y)|, strength per dataset in [0, 30]. A real
-    # table's columns are collected because they relate to the target, while a uniform pick among
-    # hundreds of nodes mostly returns unrelated ones (mean RF AUC ~0.6 instead of ~0.78).
+    # X: Gumbel top-k with logits = strength * |corr(node, y)|, strength per dataset in [0, 30]: a real
+    # table's columns are collected because they relate to the target.
     centered = target - target.mean(2, keepdim=True)
     correlation = (nodes @ centered.transpose(1, 2)).squeeze(2) / (
         nodes.norm(dim=2) * centered.norm(dim=2) + 1e-6)             # (num, nodes)
@@ -245,12 +220,8 @@ def _cut_into_classes(gen, target, num_classes, classes, min_count):
 def _cover_classes_on_both_sides(labels, splits, num_classes, classes):
     """Swaps whole rows so that every class has a row in the train part (< split) and the test part.
 
-    Harmless: rows are i.i.d. draws of the dataset's SCM, so their order carries no information, and
-    swapping two rows (features with their label) only moves samples across the split, i.e. conditions
-    on "every class seen in training and in testing", which is what the dump promises. Each class has
-    >= 2 rows and each side >= classes rows, so a missing class has a row on the other side and this
-    side has a row whose class keeps another one here (pigeonhole); only counts >= 2 ever drop, so one
-    pass over (class, side) fixes everything. Returns (labels, order), order (num, R) to apply to X.
+    Rows are i.i.d. draws of the dataset's SCM, so swapping rows only moves samples across the split.
+    One pass over (class, side) suffices (pigeonhole). Returns (labels, order), order (num, R) for X.
     """
     num, rows = labels.shape
     device = labels.device
@@ -322,15 +293,6 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
                          "a row in the train part and one in the test part")
 
 
-def resolve_device(device):
-    """'auto' (or None) -> 'cuda' when available, else 'cpu'; ValueError if CUDA is asked for but absent."""
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
-    return str(device)
-
-
 def chunk_size(rows):
     """Datasets per chunk (the unit of batched generation and of seeding): a power of two <= 256."""
     return min(256, 2 ** max(0, int(math.log2(max(1, ROWS_PER_CHUNK // rows)))))
@@ -351,10 +313,9 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
 def _in_order(build_chunk, num_chunks, device):
     """Yields build_chunk(0), build_chunk(1), ... in order.
 
-    On CPU, whole chunks are built in parallel by single-threaded workers, one per torch thread:
-    a chunk's ops are too small for intra-op threads to pay (16 threads are 1.4x faster than one),
-    and on a shared box an OpenMP thread waiting for a busy core stalls every op by milliseconds.
-    Every chunk has its own generators, so the data do not depend on the number of workers.
+    On CPU, whole chunks are built in parallel by single-threaded workers, one per torch thread: a
+    chunk's ops are too small for intra-op threads to pay. Every chunk has its own generators, so the
+    data do not depend on the number of workers.
     """
     threads = torch.get_num_threads()
     if not str(device).startswith("cpu") or threads == 1:
@@ -399,7 +360,7 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
         raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
-    device = resolve_device(device)
+    device = resolve_device(device or "auto")
     per_chunk = chunk_size(rows)
     group_size = group_size or max(1, (32 << 20) // (rows * features * 4))
     chunks_per_group = -(-int(group_size) // per_chunk)
@@ -427,71 +388,96 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
         chunks.close()   # a consumer that stops early also stops the CPU workers
 
 
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
+CPU_ROWS_PER_S_PER_THREAD = 70_000   # calibrated ETA: a 16-core host built 1.1-1.5M rows/s on CPU
+CUDA_ROWS_PER_S = 2_000_000          # ... and 2.1-2.9M rows/s on an H200
+
+
+def estimate(num_datasets, rows, features, device) -> tuple[int, float]:
+    """(bytes of the dump, seconds to build it) before writing: sizes exactly, time from calibration."""
+    size = num_datasets * (rows * features * 4 + rows * 4 + 3 * 4) + (64 << 10)
+    threads = torch.get_num_threads() if torch.device(device).type == "cpu" else 0
+    rate = CPU_ROWS_PER_S_PER_THREAD * threads if threads else CUDA_ROWS_PER_S
+    return size, num_datasets * rows / rate
+
+
+@contextlib.contextmanager
+def _disk_errors(path):
+    """h5py hides EFBIG/ENOSPC behind RuntimeError or an errno-less OSError: one line instead."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        yield
+    except (RuntimeError, OSError) as exc:
+        if isinstance(exc, safe_io.OutputError):
+            raise
+        raise safe_io.OutputError(f"cannot write dump {path}: write failed (disk full or file-size limit?): "
+                                  f"{' '.join(str(exc).split())[:160]}") from None
 
 
-def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
-               original_batch_size=32, group_size=None):
-    """Generates a dump and writes it atomically: a temp file in the same folder, then os.replace.
-
-    Args:
-        path: the final .h5; its folder is created if missing. An interrupted or failing run leaves
-            nothing under `path` (a previous file there survives untouched) and removes its temp file.
-        progress: show a tqdm bar (it appears only once the run has taken 2 s).
-        other args: as in generate().
-    Returns:
-        dict: path, num_datasets, seconds, datasets_per_s, bytes, device.
-    """
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
-    device = resolve_device(device)
-    if os.path.isdir(path):
-        raise ValueError(f"output {path} is a folder, not a file")
-    folder, name = os.path.split(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    temp_path = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {name}", leave=False)
-    start_time = time.perf_counter()
+def _write_h5(temp, path, num_datasets, rows, features, classes, seed, device, bar, original_batch_size,
+              group_size):
+    """Streams the generated groups into pre-created contiguous datasets of the HDF5 file `temp`."""
+    with _disk_errors(path):
+        f = h5py.File(temp, "w")
     try:
-        with h5py.File(temp_path, "w") as f:
-            # pre-created contiguous datasets: groups stream in, memory stays at one group
+        with _disk_errors(path):
             X = f.create_dataset("X", (num_datasets, rows, features), dtype="f4")
             y = f.create_dataset("y", (num_datasets, rows), dtype="f4")
             per_dataset = {key: f.create_dataset(key, (num_datasets,), dtype="i4")
                            for key in ("num_features", "num_datapoints", "single_eval_pos")}
-            for group in generate(num_datasets, rows, features, classes, seed, device, group_size,
-                                  original_batch_size):
-                block = slice(group.start, group.start + len(group.X))
+        for group in generate(num_datasets, rows, features, classes, seed, device, group_size,
+                              original_batch_size):
+            block = slice(group.start, group.start + len(group.X))
+            with _disk_errors(path):
                 X[block], y[block] = group.X, group.y
                 for key, dataset in per_dataset.items():
                     dataset[block] = getattr(group, key)
-                if bar is not None:
-                    bar.update(len(group.X))
+            if bar is not None:
+                bar.update(len(group.X))
+        with _disk_errors(path):
             f.create_dataset("max_num_classes", data=np.array([classes], np.int64))
             f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
             f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
             f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
-                           seed=seed, device_type=device.split(":")[0])
-        _fsync(temp_path)   # the data reach the disk before the rename makes them visible
-        os.replace(temp_path, path)
-        _fsync(folder)      # and the rename itself survives a crash
-    except BaseException:   # KeyboardInterrupt included: never leave the temp file behind
-        if os.path.exists(temp_path):
-            os.remove(temp_path)
-        raise
+                           seed=seed, device_type=device.type)
+    finally:
+        with _disk_errors(path):
+            f.close()   # flushes: a full disk often shows here first
+
+
+def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
+               original_batch_size=32, group_size=None):
+    """Generates a dump and writes it atomically (temp file beside `path`, fsync, rename).
+
+    Args:
+        path: the final .h5 (folder created if missing); a failed run leaves the old file untouched.
+        progress: a plan line (size, ETA) and a tqdm bar.
+        other args: as in generate().
+    Returns:
+        dict: path, num_datasets, seconds, datasets_per_s, bytes, device.
+    Raises:
+        ValueError: bad sizes. safe_io.OutputError: unwritable path, too little space, disk full.
+    """
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
+    device = resolve_device(device or "auto")
+    size, seconds = estimate(num_datasets, rows, features, device)
+    safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
+    bar = None
+    if progress:
+        print(f"prior: writing {path}: {num_datasets} datasets x {rows} rows x {features} features, "
+              f"<= {classes} classes, {safe_io.format_bytes(size)}; ETA ~{seconds:,.0f} s on {device} "
+              f"(calibrated estimate; the bar shows the measured rate)", flush=True)
+        from tqdm import tqdm
+        bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {os.path.basename(path)}", leave=False)
+    start_time = time.perf_counter()
+    try:
+        with safe_io.atomic_output(path, "dump") as temp:
+            _write_h5(temp, path, num_datasets, rows, features, classes, seed, device, bar,
+                      original_batch_size, group_size)
     finally:
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - start_time
     return dict(path=str(path), num_datasets=num_datasets, seconds=seconds,
-                datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=device)
+                datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=str(device))
 
 
 def default_dump_path():
@@ -531,21 +517,11 @@ def ensure_default_dump(path=None):
     return path
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):   # one line and exit 2, instead of usage + message
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _check_file(path):
     """--check: one line per problem (exit 1), or a one-line summary (exit 0)."""
+    from dump_format import check_dump
     if not os.path.isfile(path):
         print(f"error: --check: no such file: {path}", file=sys.stderr)
-        return 2
-    try:
-        from loaders import check_dump   # lazily: only --check needs the reader
-    except ImportError as exc:
-        print(f"error: --check needs loaders.check_dump: {exc}", file=sys.stderr)
         return 2
     problems = check_dump(path)
     for problem in problems:
@@ -559,28 +535,31 @@ def _check_file(path):
     return 0
 
 
-def main(argv=None):
-    parser = _ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
+def _parser():
+    parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
                         help="base shape: nano = 300k datasets x 150 rows x 5 features x 2 classes, "
                              "blog = 30k x 5000 x 5 x 2 (default nano)")
     parser.add_argument("--num-datasets", type=int, help="number of datasets N (default: the preset's)")
     parser.add_argument("--rows", type=int, help="rows per dataset R, >= 4 (default: the preset's)")
     parser.add_argument("--features", type=int, help="max features F per dataset (default: the preset's)")
-    parser.add_argument("--classes", type=int,
-                        help="max classes C; each dataset has 2..C (default: the preset's)")
+    parser.add_argument("--classes", type=int, help="max classes C; each dataset has 2..C (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto",
-                        help="cpu, cuda or auto = cuda when present (default auto); CPU and CUDA "
-                             "dumps differ, each is reproducible")
+                        help="cpu, cuda or auto = cuda when present (default auto); CPU and CUDA dumps "
+                             "differ, each is reproducible")
     parser.add_argument("--original-batch-size", type=int, default=32,
                         help="datasets per aligned block sharing one single_eval_pos (default 32)")
     parser.add_argument("--group-size", type=int,
                         help="datasets generated per write (default ~32 MB of X); does not change the data")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="hide the plan line and the progress bar")
     parser.add_argument("--check", metavar="FILE", help="validate an existing dump instead of writing one")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
     if args.check:
         return _check_file(args.check)
     shape = {key: value if getattr(args, key) is None else getattr(args, key)
@@ -592,27 +571,18 @@ def main(argv=None):
         if args.group_size is not None and args.group_size < 1:
             raise ValueError(f"--group-size must be >= 1, got {args.group_size}")
         device = resolve_device(args.device)
-        folder = os.path.dirname(os.path.abspath(out))
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as exc:
-            raise ValueError(f"cannot create the output folder {folder}: {exc.strerror}") from None
-        if os.path.isdir(out) or not os.access(folder, os.W_OK):
-            raise ValueError(f"cannot write {out}: " + ("it is a folder" if os.path.isdir(out)
-                                                        else f"{folder} is not writable"))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
         stats = write_dump(out, seed=args.seed, device=device, progress=not args.no_progress,
-                           original_batch_size=args.original_batch_size, group_size=args.group_size,
-                           **shape)
+                           original_batch_size=args.original_batch_size, group_size=args.group_size, **shape)
+    except (ValueError, OSError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"error: out of memory for {shape['num_datasets']} datasets; use a smaller --num-datasets",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"error: interrupted, nothing written to {out}", file=sys.stderr)
         return 130
-    except OSError as exc:
-        print(f"error: writing {out} failed: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
     print(f"wrote {out}: {shape['num_datasets']} datasets x {shape['rows']} rows x "
           f"{shape['features']} features, <= {shape['classes']} classes, {stats['bytes'] / 1e6:,.1f} MB "
           f"in {stats['seconds']:.1f} s = {stats['datasets_per_s']:,.0f} datasets/s on {device}")

@@ -3,6 +3,7 @@
 Run on the GPU machine: python -m pytest tests/test_gpu_loaders.py -q -s
 (-s shows the printed note when kvikio is not importable and the bin loader runs memmap+pinned).
 """
+import re
 import threading
 
 import numpy as np
@@ -13,7 +14,10 @@ from conftest import write_tiny_dump
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
+import dump_format  # noqa: E402
+import gds  # noqa: E402
 import loaders  # noqa: E402
+from test_loaders import make  # noqa: E402
 
 N, ROWS, FEATURES, B = 37, 64, 7, 5   # awkward sizes: 37 datasets -> 7 batches a pass, wraps often
 STEPS = 20                              # > 2 passes over the dump
@@ -27,7 +31,7 @@ def dump(tmp_path_factory):
 
 
 def _kvikio_or_none():
-    kvikio, _reason = loaders._import_kvikio()
+    kvikio, _reason = gds.import_kvikio()
     return kvikio
 
 
@@ -44,7 +48,7 @@ def _take(loader, steps=STEPS, clone=True):
 
 
 def _baseline(dump, steps=STEPS, **kw):
-    with loaders.make_loader(dump, B, "cuda", start=kw.pop("start", START), **kw) as loader:
+    with make(dump, B, "cuda", start=kw.pop("start", START), **kw) as loader:
         assert loader.describe()["path"] == "h5py+sync-copy"
         return _take(loader, steps)
 
@@ -73,7 +77,7 @@ CONFIGS = (
                          ids=[f"{c[0]}-p{c[1].get('prefetch', 0)}" for c in CONFIGS])
 def test_gpu_paths_match_baseline(dump, name, kw, path):
     want = _baseline(dump)
-    with loaders.make_loader(dump, B, "cuda", start=START, **kw) as loader:
+    with make(dump, B, "cuda", start=START, **kw) as loader:
         assert loader.describe()["path"] == path
         got = _take(loader)
     _assert_same(got, want)
@@ -83,7 +87,7 @@ def test_gpu_paths_match_baseline(dump, name, kw, path):
 def test_bin_loader_matches_baseline_and_names_its_path(dump, prefetch, capsys):
     want = _baseline(dump)
     kvikio = _kvikio_or_none()
-    with loaders.make_loader(dump, B, "cuda", kind="bin", start=START, prefetch=prefetch) as loader:
+    with make(dump, B, "cuda", kind="bin", start=START, prefetch=prefetch) as loader:
         desc = loader.describe()
         got = _take(loader)
     _assert_same(got, want)
@@ -94,8 +98,8 @@ def test_bin_loader_matches_baseline_and_names_its_path(dump, prefetch, capsys):
     else:
         # outside GDS kvikio runs its compat (POSIX) path, into CUDA slots by default
         assert desc["path"] in ("gds", "kvikio-posix", "cufile-compat")
-        assert loaders._bin_read_target(desc["path"]) == "device"
-        assert loaders._bin_read_target(desc["path"], "host") == ("device" if desc["path"] == "gds" else "host")
+        assert gds.read_target(desc["path"]) == "device"
+        assert gds.read_target(desc["path"], "host") == ("device" if desc["path"] == "gds" else "host")
         with capsys.disabled():
             print(f"\nbin loader path: {desc['path']} | notes: {desc['notes']}")
     if desc["path"] != "gds":
@@ -104,35 +108,34 @@ def test_bin_loader_matches_baseline_and_names_its_path(dump, prefetch, capsys):
 
 def test_require_gds_matches_driver(dump):
     kvikio = _kvikio_or_none()
-    with loaders.make_loader(dump, B, "cuda", kind="bin") as probe:
+    with make(dump, B, "cuda", kind="bin") as probe:
         path = probe.describe()["path"]
     if kvikio is not None:
-        io_path, _ = loaders.kvikio_io_path(kvikio)
-        gds = loaders._cufile_property(kvikio, "is_gds_available") is True
-        assert (io_path == "gds") == (gds and not kvikio.defaults.is_compat_mode_preferred())
+        io_path, _ = gds.kvikio_io_path(kvikio)
+        available = gds.cufile_property(kvikio, "is_gds_available") is True
+        assert (io_path == "gds") == (available and not kvikio.defaults.is_compat_mode_preferred())
     if path == "gds":
-        with loaders.make_loader(dump, B, "cuda", kind="bin", require_gds=True) as loader:
+        with make(dump, B, "cuda", kind="bin", require_gds=True) as loader:
             assert loader.describe()["path"] == "gds"
     else:
-        with pytest.raises(loaders.GdsUnavailable, match=path):
-            loaders.make_loader(dump, B, "cuda", kind="bin", require_gds=True)
+        with pytest.raises(dump_format.GdsUnavailable, match=re.escape(path)):
+            make(dump, B, "cuda", kind="bin", require_gds=True)
 
 
 def _host_buffers(loader):
     """The loader's page-locked ring (empty for the GDS path, whose slots live on the GPU)."""
-    if isinstance(loader, loaders._KvikioLoader):
-        if loader.target == "device":
-            assert all(t.is_cuda for t in loader._slot_x + loader._slot_y)
-            return []
-        return loader._slot_x + loader._slot_y
-    return loader._pinned_x + loader._pinned_y
+    buffers = [t for slot in loader.ring.slots for t in slot]
+    if isinstance(loader, loaders._KvikioLoader) and loader.target == "device":
+        assert all(t.is_cuda for t in buffers)
+        return []
+    return buffers
 
 
 @pytest.mark.parametrize("kw", [dict(pinned=True), dict(pinned=True, streams=True),
                                 dict(kind="bin", kvikio_target="host")],
                          ids=["pinned", "pinned+streams", "bin-host"])
 def test_pinned_buffers_are_pinned_and_allocated_once(dump, kw, monkeypatch):
-    with loaders.make_loader(dump, B, "cuda", start=START, **kw) as loader:
+    with make(dump, B, "cuda", start=START, **kw) as loader:
         buffers = _host_buffers(loader)
         # a kvikio loader reading into CUDA slots (GDS, or --kvikio-target device) has no host ring
         assert buffers or getattr(loader, "target", None) == "device"
@@ -168,16 +171,16 @@ def bin_variant(request, monkeypatch):
     if request.param != "memmap" and kvikio is None:
         pytest.skip("kvikio not importable")
     if request.param == "memmap":
-        monkeypatch.setattr(loaders, "_import_kvikio", lambda: (None, "kvikio hidden by the test"))
+        monkeypatch.setattr(gds, "import_kvikio", lambda: (None, "kvikio hidden by the test"))
     if request.param == "host-slots":
-        monkeypatch.setattr(loaders, "_bin_read_target",
+        monkeypatch.setattr(gds, "read_target",
                             lambda io_path, requested="device": "device" if io_path == "gds" else "host")
     return request.param
 
 
 def test_bin_variants_match_baseline(dump, bin_variant):
     want = _baseline(dump)
-    with loaders.make_loader(dump, B, "cuda", kind="bin", start=START, prefetch=2) as loader:
+    with make(dump, B, "cuda", kind="bin", start=START, prefetch=2) as loader:
         path = loader.describe()["path"]
         got = _take(loader)
     _assert_same(got, want)
@@ -193,7 +196,7 @@ def _slow_consumer(dump, kw, steps=STEPS):
     """Runs the loader while the compute stream is kept busy (torch.cuda._sleep) before each batch
     is read, and drops each batch right after queueing that read."""
     got = []
-    with loaders.make_loader(dump, B, "cuda", start=START, **kw) as loader:
+    with make(dump, B, "cuda", start=START, **kw) as loader:
         for _ in range(steps):
             batch = next(loader)
             torch.cuda._sleep(20_000_000)          # ~10 ms of GPU time on the compute stream
@@ -249,14 +252,14 @@ def slow_side_copies(monkeypatch):
                          ids=["pinned+streams-p1", "pinned+streams-p2", "streams"])
 def test_consumer_waits_for_slow_side_stream(dump, kw, slow_side_copies):
     want = _baseline(dump)
-    with loaders.make_loader(dump, B, "cuda", start=START, **kw) as loader:
+    with make(dump, B, "cuda", start=START, **kw) as loader:
         got = _take(loader)
     _assert_same(got, want)
 
 
 def test_bin_consumer_waits_for_slow_side_stream(dump, bin_variant, slow_side_copies):
     want = _baseline(dump)
-    with loaders.make_loader(dump, B, "cuda", kind="bin", start=START, prefetch=2) as loader:
+    with make(dump, B, "cuda", kind="bin", start=START, prefetch=2) as loader:
         got = _take(loader)
     _assert_same(got, want)
 
@@ -267,21 +270,21 @@ def test_bin_consumer_waits_for_slow_side_stream(dump, bin_variant, slow_side_co
 def test_resume_and_ranks_on_gpu(dump, kw):
     k = 9
     want = _baseline(dump, steps=k + 6)[k:]
-    with loaders.make_loader(dump, B, "cuda", start=START, consumed=k, **kw) as loader:
+    with make(dump, B, "cuda", start=START, consumed=k, **kw) as loader:
         got = _take(loader, 6)
     for (x, y, s, w), (bx, by, bs, bw) in zip(got, want):
         assert torch.equal(x, bx) and torch.equal(y, by) and (s, w) == (bs, bw)
     want_r1 = None
-    with loaders.make_loader(dump, B, "cuda", start=0, rank=1, world_size=2) as base:
+    with make(dump, B, "cuda", start=0, rank=1, world_size=2) as base:
         want_r1 = _take(base, 8)
-    with loaders.make_loader(dump, B, "cuda", start=0, rank=1, world_size=2, **kw) as loader:
+    with make(dump, B, "cuda", start=0, rank=1, world_size=2, **kw) as loader:
         got_r1 = _take(loader, 8)
     for (x, y, s, w), (bx, by, bs, bw) in zip(got_r1, want_r1):
         assert torch.equal(x, bx) and torch.equal(y, by) and (s, w) == (bs, bw)
 
 
 def test_resident_makes_no_host_to_device_copies(dump):
-    with loaders.make_loader(dump, B, "cuda", kind="resident") as loader:
+    with make(dump, B, "cuda", kind="resident") as loader:
         _take(loader, 2)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -293,7 +296,7 @@ def test_resident_makes_no_host_to_device_copies(dump):
 def test_resident_falls_back_to_streams_when_it_does_not_fit(dump, monkeypatch):
     monkeypatch.setattr(loaders, "_free_memory_bytes", lambda device: 1024)
     want = _baseline(dump)
-    with loaders.make_loader(dump, B, "cuda", kind="resident", start=START) as loader:
+    with make(dump, B, "cuda", kind="resident", start=START) as loader:
         desc = loader.describe()
         got = _take(loader)
     assert desc["path"] == "h5py+pinned+streams"
@@ -304,7 +307,7 @@ def test_resident_falls_back_to_streams_when_it_does_not_fit(dump, monkeypatch):
 def test_close_stops_reader_threads(dump):
     before = {t.ident for t in threading.enumerate()}
     for kw in (dict(streams=True, pinned=True), dict(kind="bin")):
-        loader = loaders.make_loader(dump, B, "cuda", **kw)
+        loader = make(dump, B, "cuda", **kw)
         next(loader)
         loader.close()
         assert getattr(loader, "_prefetcher", None) is None
@@ -319,8 +322,31 @@ def test_pinned_ring_refill_waits_for_copy(dump):
     big = write_tiny_dump(str(dump).replace("gpu.h5", "big.h5"), num_datasets=64, rows=2048,
                           features=16, seed=3, original_batch_size=8)
     want = _baseline(big, steps=12, start=0)
-    with loaders.make_loader(big, B, "cuda", pinned=True, prefetch=1) as loader:
+    with make(big, B, "cuda", pinned=True, prefetch=1) as loader:
         got = _take(loader, 12)
     for (x, y, *_), (bx, by, *_) in zip(got, want):
         assert torch.equal(x, bx) and torch.equal(y, by)
     np.testing.assert_equal(len(got), 12)
+
+
+@pytest.mark.parametrize("variant", ["memmap", "host-slots"])
+def test_invalid_bin_values_are_refused_on_gpu(tmp_path, monkeypatch, variant):
+    """NaN in x.bin: refused by the start-up checksum pass, and (without it) by the host-side batch check."""
+    import convert_h5
+    path = write_tiny_dump(tmp_path / "v.h5", num_datasets=N, rows=ROWS, features=FEATURES, num_classes=3,
+                           seed=7, original_batch_size=5)
+    convert_h5.convert(path, progress=False)
+    with open(dump_format.bin_paths(path)[0], "r+b") as f:
+        f.seek(12 * dump_format.record_stride_bytes(ROWS, FEATURES) + 8)
+        f.write(np.float32([np.nan]).tobytes())
+    if variant == "memmap":
+        monkeypatch.setattr(gds, "import_kvikio", lambda: (None, "kvikio hidden by the test"))
+    elif _kvikio_or_none() is None:
+        pytest.skip("kvikio not importable")
+    with pytest.raises(dump_format.BinFormatError, match=r"crc32 mismatch .*first in dataset 12\)"):
+        make(path, B, "cuda", kind="bin", no_convert=True)
+    with make(path, B, "cuda", kind="bin", no_convert=True, verify_bin=False, kvikio_target="host") as loader:
+        assert loader.describe()["path"] == ("memmap+pinned" if variant == "memmap" else "kvikio-posix")
+        _take(loader, 2)                                   # datasets 0..9 are fine
+        with pytest.raises(dump_format.DumpError, match=r"'X' contains NaN or Inf values \(first in dataset 12\)"):
+            next(loader)

@@ -1,4 +1,5 @@
-"""loaders.py on CPU: every path bit-identical to the baseline, positions, resume, ranks, bad input."""
+"""loaders.py and dump_format.py on CPU: every path bit-identical to the baseline, positions, resume,
+ranks, bad input, .bin value checks."""
 import os
 import threading
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import dump_format
 import loaders
 from conftest import write_tiny_dump
 
@@ -18,6 +20,12 @@ START, STEPS = 3, 13                  # 13 steps from dataset 3 wrap around the 
 def dump(tmp_path_factory):
     return write_tiny_dump(tmp_path_factory.mktemp("loaders") / "tiny.h5", num_datasets=N,
                            rows=ROWS, features=FEATURES, num_classes=3, seed=1)
+
+
+def make(dump, batch_size, device, *, start=0, rank=0, world_size=1, consumed=0, **config):
+    """make_loader with the LoaderConfig fields as keywords (the tests' shorthand)."""
+    return loaders.make_loader(dump, batch_size, device, loaders.LoaderConfig(**config), start=start,
+                               rank=rank, world_size=world_size, consumed=consumed)
 
 
 def _arrays(path):
@@ -89,10 +97,10 @@ LOADERS = {
 @pytest.mark.parametrize("name", list(LOADERS))
 def test_every_loader_matches_baseline(dump, name, capsys):
     want = _reference(dump, STEPS, B, START)
-    with loaders.make_loader(dump, B, "cpu", start=START) as base:
+    with make(dump, B, "cpu", start=START) as base:
         baseline = _take(base, STEPS)
     _assert_same(baseline, want, min_wraps=2)
-    with loaders.make_loader(dump, B, "cpu", start=START, **LOADERS[name]) as loader:
+    with make(dump, B, "cpu", start=START, **LOADERS[name]) as loader:
         got = _take(loader, STEPS)
         assert loader.consumed == STEPS
     _assert_same(got, baseline, min_wraps=2)
@@ -106,19 +114,31 @@ def test_describe_paths_and_cpu_notes(dump):
                 "h5+pinned+streams": "h5py+sync-copy", "bin": "memmap", "bin-prefetch1": "memmap",
                 "resident": "resident-host"}
     for name, kw in LOADERS.items():
-        with loaders.make_loader(dump, B, "cpu", **kw) as loader:
+        with make(dump, B, "cpu", **kw) as loader:
             desc = loader.describe()
             assert set(desc) == {"loader", "path", "notes"}
             assert desc["path"] == expected[name], name
             assert desc["notes"] == loader.notes
             assert all("\n" not in n for n in desc["notes"])
             assert "GDS" not in repr(desc)
-    with loaders.make_loader(dump, B, "cpu", pinned=True, streams=True) as loader:
+    with make(dump, B, "cpu", pinned=True, streams=True) as loader:
         notes = loader.describe()["notes"]
     assert "--pinned: no effect without CUDA (no page-locked copies on CPU); running the baseline path" in notes
     assert any(n.startswith("--streams: no effect without CUDA") for n in notes)
-    with loaders.make_loader(dump, B, "cpu") as loader:
+    with make(dump, B, "cpu") as loader:
         assert loader.describe()["notes"] == []
+
+
+def test_loader_config_defaults_are_the_baseline(dump):
+    assert loaders.LoaderConfig() == loaders.LoaderConfig(
+        kind="h5", pinned=False, streams=False, prefetch=2, require_gds=False, no_convert=False,
+        kvikio_threads=8, kvikio_target="device", bin_dir=None, verify_bin=True)
+    with loaders.make_loader(dump, B, "cpu") as plain, \
+            loaders.make_loader(dump, B, torch.device("cpu"), loaders.LoaderConfig(), consumed=0) as named:
+        assert plain.data_path == named.data_path == named.describe()["path"] == "h5py+sync-copy"
+        _assert_same(_take(named, STEPS), _take(plain, STEPS))
+    with pytest.raises(ValueError, match="kvikio target"):
+        make(dump, B, "cpu", kind="bin", kvikio_target="gpu")
 
 
 def test_batch_position_closed_form_matches_loop():
@@ -129,24 +149,24 @@ def test_batch_position_closed_form_matches_loop():
         start = int(rng.integers(0, n))
         steps = int(rng.integers(1, 50))
         want = _naive_positions(steps, start, g, n)
-        got = [loaders.batch_position(k, start, g, n) for k in range(steps)]
+        got = [dump_format.batch_position(k, start, g, n) for k in range(steps)]
         assert got == want, (n, g, start)
         assert all(p + g <= n for p in got)  # every batch is full
     # large steps stay O(1)
-    assert loaders.batch_position(10**12, 5, 7, 100) == ((10**12 - 13) % 14) * 7
+    assert dump_format.batch_position(10**12, 5, 7, 100) == ((10**12 - 13) % 14) * 7
     with pytest.raises(ValueError):
-        loaders.batch_position(0, 0, 11, 10)
+        dump_format.batch_position(0, 0, 11, 10)
 
 
 @pytest.mark.parametrize("name", ["h5", "h5+streams", "bin", "resident"])
 def test_two_ranks_are_disjoint_and_cover_the_global_batch(dump, name):
     kw = LOADERS[name]
     steps = 9
-    with loaders.make_loader(dump, 2 * B, "cpu", start=1) as glob:
+    with make(dump, 2 * B, "cpu", start=1) as glob:
         global_batches = _take(glob, steps)
     ranks = []
     for rank in (0, 1):
-        with loaders.make_loader(dump, B, "cpu", start=1, rank=rank, world_size=2, **kw) as loader:
+        with make(dump, B, "cpu", start=1, rank=rank, world_size=2, **kw) as loader:
             ranks.append(_take(loader, steps))
         _assert_same(ranks[rank], _reference(dump, steps, B, 1, rank, 2))
     X, *_ = _arrays(dump)
@@ -166,16 +186,16 @@ def test_two_ranks_are_disjoint_and_cover_the_global_batch(dump, name):
 def test_resume_continues_exactly(dump, name):
     kw = LOADERS[name]
     k = 7
-    with loaders.make_loader(dump, B, "cpu", start=START, **kw) as loader:
+    with make(dump, B, "cpu", start=START, **kw) as loader:
         full = _take(loader, k + 6)
         state = loader.state_dict()
     assert state == {"start": START, "consumed": k + 6, "batch_size": B, "rank": 0, "world_size": 1,
                      "num_datasets": N}
-    with loaders.make_loader(dump, B, "cpu", start=START, consumed=k, **kw) as resumed:
+    with make(dump, B, "cpu", start=START, consumed=k, **kw) as resumed:
         assert resumed.consumed == k
         _assert_same(_take(resumed, 6), full[k:], min_wraps=0)
     # load_state_dict on a running loader restarts its prefetchers at the saved step
-    with loaders.make_loader(dump, B, "cpu", **kw) as loader:
+    with make(dump, B, "cpu", **kw) as loader:
         _take(loader, 2)
         loader.load_state_dict({**state, "consumed": k})
         _assert_same(_take(loader, 6), full[k:], min_wraps=0)
@@ -225,8 +245,8 @@ def _retype(path):
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_upstream_variants_load(tmp_path, variant):
     path = VARIANTS[variant](tmp_path / f"{variant}.h5")
-    assert loaders.check_dump(path) == []
-    info = loaders.open_dump(path)
+    assert dump_format.check_dump(path) == []
+    info = dump_format.open_dump(path)
     assert info.num_features.shape == info.num_datapoints.shape == info.splits.shape == (N,)
     if variant == "train_test_split_index":
         assert info.split_key == "train_test_split_index"
@@ -238,7 +258,7 @@ def test_upstream_variants_load(tmp_path, variant):
         assert info.max_num_classes == 2 and info.original_batch_size == 1
     want = _reference(path, 8, B, 0)
     for kw in (dict(), dict(kind="bin"), dict(kind="resident")):
-        with loaders.make_loader(info, B, "cpu", **kw) as loader:
+        with make(info, B, "cpu", **kw) as loader:
             _assert_same(_take(loader, 8), want)
 
 
@@ -328,18 +348,18 @@ def _set_meta(path, key, i, value):
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_gives_one_line_dump_error(tmp_path, case):
-    make, fragment = BAD[case]
-    path = make(tmp_path)
-    with pytest.raises(loaders.DumpError) as err:
-        loaders.open_dump(path)
+    build, fragment = BAD[case]
+    path = build(tmp_path)
+    with pytest.raises(dump_format.DumpError) as err:
+        dump_format.open_dump(path)
     message = str(err.value)
     assert fragment in message, message
     assert "\n" not in message and message.startswith(str(path))
-    problems = loaders.check_dump(path)
+    problems = dump_format.check_dump(path)
     assert problems and all("\n" not in p for p in problems)
     assert any(fragment in p for p in problems), problems
-    with pytest.raises(loaders.DumpError) as err2:
-        loaders.make_loader(path, B, "cpu")
+    with pytest.raises(dump_format.DumpError) as err2:
+        make(path, B, "cpu")
     assert fragment in str(err2.value)
 
 
@@ -347,41 +367,41 @@ def test_check_dump_lists_every_problem(tmp_path):
     path = _with_x(tmp_path, lambda X: X.__setitem__((1, 1, 1), np.nan))
     _set_meta(path, "num_features", 2, 99)
     _rewrite(path, drop=["y"])
-    problems = loaders.check_dump(path)
+    problems = dump_format.check_dump(path)
     assert any("missing key 'y'" in p for p in problems)
     assert any("'num_features' must be in 1..5" in p for p in problems)
     assert any("NaN or Inf" in p for p in problems)
-    assert loaders.check_dump(_good(tmp_path, "fine.h5")) == []
+    assert dump_format.check_dump(_good(tmp_path, "fine.h5")) == []
 
 
 def test_truncated_tail_is_reported(tmp_path):
     # Cut only the last bytes (where X's data lives): either open or the value scan must notice.
     path = _truncate(_good(tmp_path), 0.97)
-    with pytest.raises(loaders.DumpError, match="truncated or corrupt HDF5"):
-        loaders.open_dump(path)
+    with pytest.raises(dump_format.DumpError, match="truncated or corrupt HDF5"):
+        dump_format.open_dump(path)
 
 
 def test_batch_larger_than_dump(dump):
-    with pytest.raises(loaders.DumpError, match=r"batch size 24 x world size 1 = 24 datasets is larger "
+    with pytest.raises(dump_format.DumpError, match=r"batch size 24 x world size 1 = 24 datasets is larger "
                                                 r"than the dump \(23 datasets\)"):
-        loaders.make_loader(dump, 24, "cpu")
-    with pytest.raises(loaders.DumpError, match="= 24 datasets"):
-        loaders.make_loader(dump, 12, "cpu", world_size=2, rank=1)
+        make(dump, 24, "cpu")
+    with pytest.raises(dump_format.DumpError, match="= 24 datasets"):
+        make(dump, 12, "cpu", world_size=2, rank=1)
     for bad in (dict(kind="tape"), dict(prefetch=0), dict(rank=2, world_size=2), dict(start=N)):
         with pytest.raises(ValueError):
-            loaders.make_loader(dump, B, "cpu", **bad)
+            make(dump, B, "cpu", **bad)
 
 
 def test_require_gds_on_cpu_raises(dump, tmp_path):
-    with pytest.raises(loaders.GdsUnavailable, match="would run 'memmap', not GPUDirect Storage") as err:
-        loaders.make_loader(dump, B, "cpu", kind="bin", require_gds=True, bin_dir=tmp_path)
-    assert "\n" not in str(err.value) and isinstance(err.value, loaders.DumpError)
+    with pytest.raises(dump_format.GdsUnavailable, match="would run 'memmap', not GPUDirect Storage") as err:
+        make(dump, B, "cpu", kind="bin", require_gds=True, bin_dir=tmp_path)
+    assert "\n" not in str(err.value) and isinstance(err.value, dump_format.DumpError)
     assert os.listdir(tmp_path) == []  # raised before converting anything
 
 
 def test_resident_falls_back_when_it_does_not_fit(dump, monkeypatch):
     monkeypatch.setattr(loaders, "_free_memory_bytes", lambda device: 1000)
-    with loaders.make_loader(dump, B, "cpu", kind="resident", start=START) as loader:
+    with make(dump, B, "cpu", kind="resident", start=START) as loader:
         desc = loader.describe()
         got = _take(loader, STEPS)
     assert desc["path"] == "h5py+sync-copy"
@@ -399,10 +419,10 @@ def test_reader_thread_errors_reach_the_consumer_and_close_is_clean(dump, monkey
             raise OSError("simulated disk error on batch 4")
         return real(self, *args)
 
-    with loaders.make_loader(dump, B, "cpu", kind="bin") as warm:  # converts once
+    with make(dump, B, "cpu", kind="bin") as warm:  # converts once
         next(warm)
     monkeypatch.setattr(loaders._MemmapSource, "read", flaky)
-    loader = loaders.make_loader(dump, B, "cpu", kind="bin", prefetch=1)
+    loader = make(dump, B, "cpu", kind="bin", prefetch=1)
     _take(loader, 3)
     with pytest.raises(OSError, match="simulated disk error on batch 4"):
         next(loader)
@@ -415,7 +435,7 @@ def test_reader_thread_errors_reach_the_consumer_and_close_is_clean(dump, monkey
 
 def test_close_stops_a_blocked_reader(dump):
     before = set(threading.enumerate())
-    loader = loaders.make_loader(dump, B, "cpu", kind="bin", prefetch=2)
+    loader = make(dump, B, "cpu", kind="bin", prefetch=2)
     next(loader)  # the reader now blocks on the full queue
     thread = loader._prefetcher._thread
     assert thread.daemon and thread.is_alive()
@@ -426,14 +446,14 @@ def test_close_stops_a_blocked_reader(dump):
 
 
 def test_open_dump_reads_metadata_once(dump):
-    info = loaders.open_dump(dump)
+    info = dump_format.open_dump(dump)
     X, y, nf, nd, sp = _arrays(dump)
     assert (info.num_datasets, info.rows, info.features) == X.shape
     assert np.array_equal(info.num_features, nf) and np.array_equal(info.splits, sp)
     assert info.num_features.dtype == np.int64 and info.max_num_classes == 3
     assert info.size_bytes == os.path.getsize(dump) and info.mtime_ns == os.stat(dump).st_mtime_ns
     # a DumpInfo skips re-validation: make_loader accepts it directly
-    with loaders.make_loader(info, B, "cpu") as loader:
+    with make(info, B, "cpu") as loader:
         assert next(loader).x.shape[0] == B
 
 
@@ -443,7 +463,7 @@ def test_read_into_a_reused_flat_buffer_equals_a_plain_read(tmp_path, compressio
     the bytes of a plain h5py slice, for ragged shapes: CPU CI covers it even though pinning needs CUDA."""
     from conftest import write_tiny_dump
     path = write_tiny_dump(tmp_path / "r.h5", num_datasets=30, rows=40, features=5, seed=8, compression=compression)
-    info = loaders.open_dump(path)
+    info = dump_format.open_dump(path)
     source = loaders._H5Source(info)
     flat_x = np.full(6 * info.rows * info.features, np.nan, np.float32)   # poisoned: every element must be written
     flat_y = np.full(6 * info.rows, np.nan, np.float32)

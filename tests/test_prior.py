@@ -250,3 +250,75 @@ def test_cuda_generation_is_valid_and_deterministic():
     assert np.isfinite(first["X"]).all()
     for labels, split in zip(first["y"], first["single_eval_pos"]):
         assert set(labels[:split]) == set(labels[split:]) == {0.0, 1.0}
+
+
+def test_absurd_size_is_refused_with_the_numbers(tmp_path, capsys):
+    code, out, err = _main(["--num-datasets", str(10**12), "--out", str(tmp_path / "huge.h5"),
+                            "--device", "cpu"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"error: --out {tmp_path / 'huge.h5'} needs ") and "PiB" in err and "free" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_size_limit_during_write_is_one_line_and_leaves_no_temp(tmp_path):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+
+    out = tmp_path / "x.h5"
+    (tmp_path / "x.h5").write_bytes(b"previous dump")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "prior_dump.py"), "--num-datasets", "3000",
+                             "--rows", "40", "--features", "5", "--out", str(out), "--device", "cpu",
+                             "--no-progress"], capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(f"error: cannot write dump {out}") and "disk full or file-size limit" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5"] and out.read_bytes() == b"previous dump"
+
+
+def test_plan_line_and_stale_temp_of_a_dead_process_removed(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".old.h5.{dead}.tmp"          # what a SIGKILLed writer leaves behind
+    stale.write_bytes(b"partial")
+    size, seconds = prior_dump.estimate(40, 30, 3, torch.device("cpu"))
+    assert size == 40 * (30 * 3 * 4 + 30 * 4 + 12) + (64 << 10) and seconds > 0
+    prior_dump.write_dump(tmp_path / "new.h5", 40, 30, 3, 2, seed=3, progress=True)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"prior: writing {tmp_path / 'new.h5'}: 40 datasets x 30 rows x 3 features")
+    assert "KiB" in first and "ETA ~" in first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.h5"]
+    assert (tmp_path / "new.h5").stat().st_size <= size
+
+
+_SLOW_WRITE = """
+import sys, time, prior_dump
+real = prior_dump.generate
+def slow(*args, **kwargs):
+    for group in real(*args, **kwargs):
+        yield group
+        time.sleep(0.2)
+prior_dump.generate = slow
+prior_dump.write_dump(sys.argv[1], 400, 30, 3, 2, seed=0, device="cpu", progress=False, group_size=1)
+"""
+
+
+def test_sigkill_mid_write_keeps_the_old_dump_and_the_next_run_cleans_up(tmp_path):
+    import signal
+    import time
+    out = tmp_path / "d.h5"
+    out.write_bytes(b"previous dump")
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITE, str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    deadline = time.time() + 60
+    while not any(p.name.endswith(".tmp") and p.stat().st_size > 0 for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.time() < deadline, "writer ended before it was killed"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert out.read_bytes() == b"previous dump"                          # never a partial file
+    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    prior_dump.write_dump(out, 40, 30, 3, 2, seed=0, progress=False)      # the next run removes the litter
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5"]
+    assert len(_read(out)["X"]) == 40

@@ -1,0 +1,548 @@
+"""The nanoTabPFN dump format: HDF5 validation (open_dump / check_dump), batch positions, the .bin layout.
+
+The .bin layout is defined here once: convert_h5.py writes it, the loaders read it, and every reader
+asserts the sidecar's magic, format version, shapes, strides, sizes and per-block crc32 checksums.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import h5py
+import numpy as np
+
+import safe_io
+
+
+def one_line(text) -> str:
+    """Collapses a message (an h5py error can span lines) into one line."""
+    return " ".join(str(text).split())
+
+
+class DumpError(ValueError):
+    """A dump (or its .bin conversion) cannot be used; the message is one line naming the problem."""
+
+    def __init__(self, message):
+        super().__init__(one_line(message))
+
+
+class GdsUnavailable(DumpError):
+    """require_gds=True but the .bin loader would run another path (memmap, kvikio-posix, ...)."""
+
+
+class BinFormatError(DumpError):
+    """The .bin conversion is unusable; `.reason` is missing / partial / stale / corrupt / older / newer."""
+
+    def __init__(self, message, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+SPLIT_KEYS = ("single_eval_pos", "train_test_split_index")  # ours first, upstream's newer name second
+SCAN_CHUNK_BYTES = 64 << 20  # value scans and chunked loads read at most this much of X at a time
+
+
+@dataclass
+class DumpInfo:
+    """What open_dump() learned about a dump; metadata arrays are numpy (N,) int64."""
+
+    path: str
+    num_datasets: int
+    rows: int
+    features: int
+    num_features: np.ndarray
+    num_datapoints: np.ndarray
+    splits: np.ndarray
+    max_num_classes: int
+    original_batch_size: int
+    split_key: str
+    size_bytes: int
+    mtime_ns: int
+
+    @property
+    def x_bytes(self) -> int:
+        """Bytes of X as float32 (N, R, F)."""
+        return self.num_datasets * self.rows * self.features * 4
+
+    @property
+    def y_bytes(self) -> int:
+        """Bytes of y as float32 (N, R)."""
+        return self.num_datasets * self.rows * 4
+
+
+def value_problems(x: np.ndarray | None, y: np.ndarray | None, first: int,
+                   max_num_classes: int | None) -> tuple[str | None, str | None]:
+    """Checks X (c, R, F) for NaN/Inf and y (c, R) for class indices; `first` = dataset of row 0.
+
+    Returns:
+        (problem with X or None, problem with y or None), each one line naming the dataset.
+    """
+    x_problem = y_problem = None
+    if x is not None and len(x):
+        # As float32, the dtype every loader yields: a float64 1e39 is finite on disk, inf once cast.
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(x.astype(np.float32, copy=False)).reshape(len(x), -1).all(axis=1)
+        if not finite.all():
+            x_problem = f"'X' contains NaN or Inf values (first in dataset {first + int(np.argmin(finite))})"
+    if y is not None and len(y):
+        yy = np.asarray(y, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(yy) | (yy < 0) | (yy != np.floor(yy))
+            if max_num_classes is not None:
+                bad |= yy >= max_num_classes
+        if bad.any():
+            i, r = divmod(int(np.argmax(bad.reshape(-1))), yy.shape[1])
+            limit = f" < max_num_classes={max_num_classes}" if max_num_classes is not None else ""
+            y_problem = (f"'y' must hold class indices (finite integers >= 0{limit}); "
+                         f"dataset {first + i} row {r} has {float(yy[i, r])!r}")
+    return x_problem, y_problem
+
+
+def _inspect_dump(path, scan_values: bool, collect: bool) -> tuple[DumpInfo | None, list[str]]:
+    """Validates a dump. With collect=False the first problem raises DumpError; otherwise all are listed."""
+    path = os.fspath(path)
+    problems: list[str] = []
+
+    def problem(message: str) -> None:
+        line = one_line(f"{path}: {message}")
+        if not collect:
+            raise DumpError(line)
+        problems.append(line)
+
+    if not os.path.isfile(path):
+        problem("is a directory, not an HDF5 dump" if os.path.isdir(path) else "no such file")
+        return None, problems
+    try:
+        is_hdf5 = h5py.is_hdf5(path)
+    except OSError as exc:
+        problem(f"cannot be read ({exc})")
+        return None, problems
+    if not is_hdf5:
+        problem("not an HDF5 file (no HDF5 signature)")
+        return None, problems
+    try:
+        stat = os.stat(path)
+        with h5py.File(path, "r") as handle:
+            info = _inspect_open(handle, path, stat, scan_values, problem)
+    except (OSError, RuntimeError) as exc:  # truncated: at open (stored EOF beyond the end) or at a read
+        problem(f"truncated or corrupt HDF5 file (h5py: {exc})")
+        return None, problems
+    return (info if not problems else None), problems
+
+
+def _metadata(f: h5py.File, key: str, n: int, problem) -> np.ndarray | None:
+    """Per-dataset metadata as (N,) int64 (a length-1 array broadcasts), or None after a problem."""
+    d = f[key]
+    if not isinstance(d, h5py.Dataset) or d.dtype.kind not in "fiu" or d.ndim > 1:
+        problem(f"'{key}' must be a numeric (N,) array; found shape {getattr(d, 'shape', None)} "
+                f"dtype {getattr(d, 'dtype', 'group')}")
+        return None
+    a = np.asarray(d[()]).reshape(-1)
+    if a.size == 1:
+        a = np.full(n, a[0])  # upstream variant: one value for every dataset
+    elif a.size != n:
+        problem(f"'{key}' has length {a.size}, expected {n} (one per dataset) or 1")
+        return None
+    if a.dtype.kind == "f" and (not np.isfinite(a).all() or (a != np.round(a)).any()):
+        problem(f"'{key}' must hold integers")
+        return None
+    return a.astype(np.int64)
+
+
+def _positive_scalar(f: h5py.File, key: str, default, problem, integer: bool):
+    """A positive (integer) scalar stored as a length-1 array, `default` when the key is absent."""
+    if key not in f:
+        return default
+    m = np.asarray(f[key][()]).reshape(-1)
+    if m.size < 1 or m.dtype.kind not in "fiu" or not np.isfinite(m[0]) or m[0] < 1 \
+            or (integer and m[0] != np.round(m[0])):
+        problem(f"'{key}' must be a positive integer; found {m.tolist()}")
+        return default
+    return int(m[0])
+
+
+def _first_outside(values, low, high):
+    """Index of the first value outside [low, high] (high may be per dataset), or None."""
+    bad = (values < low) | (values > high)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def _check_ranges(num_features, num_datapoints, splits, split_key, shape, problem):
+    """Range checks of the metadata; returns the arrays with None for each one that failed."""
+    _, R, F = shape
+    if num_features is not None and (i := _first_outside(num_features, 1, F)) is not None:
+        problem(f"'num_features' must be in 1..{F} (the stored width); dataset {i} has {num_features[i]}")
+        num_features = None
+    if num_datapoints is not None and (i := _first_outside(num_datapoints, 2, R)) is not None:
+        problem(f"'num_datapoints' must be in 2..{R} (the stored rows); dataset {i} has {num_datapoints[i]}")
+        num_datapoints = None
+    limit = num_datapoints if num_datapoints is not None else np.full(shape[0], R, np.int64)
+    if splits is not None and (i := _first_outside(splits, 1, limit - 1)) is not None:
+        problem(f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split "
+                f"{splits[i]} with {limit[i]} datapoints")
+        splits = None
+    return num_features, num_datapoints, splits
+
+
+def _scan(X, Y, scan_x: bool, scan_y: bool, max_num_classes, problem) -> float:
+    """Chunked value scan (bounded memory); returns the largest label seen (-1 if none)."""
+    N, R, F = X.shape
+    y_max = -1.0
+    chunk = max(1, SCAN_CHUNK_BYTES // (R * F * 4))
+    for first in range(0, N, chunk):
+        if not (scan_x or scan_y):
+            break
+        x = X[first:first + chunk] if scan_x else None
+        y = Y[first:first + chunk] if scan_y else None
+        x_problem, y_problem = value_problems(x, y, first, max_num_classes)
+        if x_problem:
+            problem(x_problem)
+            scan_x = False
+        if y_problem:
+            problem(y_problem)
+            scan_y = False
+        elif y is not None and y.size:
+            y_max = max(y_max, float(np.max(y)))
+    return y_max
+
+
+def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bool,
+                  problem: Callable[[str], None]) -> DumpInfo | None:
+    """Checks keys, dtypes, shapes, metadata ranges and (optionally) values of an open dump."""
+    for key in ("X", "y", "num_features"):
+        if key not in f:
+            problem(f"missing key '{key}'")
+    split_key = next((k for k in SPLIT_KEYS if k in f), None)
+    if split_key is None:
+        problem("missing key 'single_eval_pos' (or upstream's 'train_test_split_index')")
+    if "X" not in f:
+        return None
+    X = f["X"]
+    if not isinstance(X, h5py.Dataset) or X.ndim != 3 or X.dtype.kind != "f":
+        problem(f"'X' must be a 3-D float array (N, rows, features); found shape "
+                f"{getattr(X, 'shape', None)} dtype {getattr(X, 'dtype', 'group')}")
+        return None
+    N, R, F = (int(d) for d in X.shape)
+    if N < 1 or R < 2 or F < 1:
+        problem(f"'X' has shape {X.shape}; need at least 1 dataset, 2 rows and 1 feature")
+        return None
+    Y = f["y"] if "y" in f else None
+    if Y is not None and (not isinstance(Y, h5py.Dataset) or Y.dtype.kind not in "fiu" or Y.shape != (N, R)):
+        problem(f"'y' must be a numeric (N, rows) = {(N, R)} array like X's first two dims; "
+                f"found shape {getattr(Y, 'shape', None)} dtype {getattr(Y, 'dtype', 'group')}")
+        Y = None
+    num_features = _metadata(f, "num_features", N, problem) if "num_features" in f else None
+    num_datapoints = _metadata(f, "num_datapoints", N, problem) if "num_datapoints" in f \
+        else np.full(N, R, np.int64)
+    splits = _metadata(f, split_key, N, problem) if split_key is not None else None
+    num_features, num_datapoints, splits = _check_ranges(num_features, num_datapoints, splits,
+                                                         split_key, (N, R, F), problem)
+    max_num_classes = _positive_scalar(f, "max_num_classes", None, problem, integer=True)
+    original_batch_size = _positive_scalar(f, "original_batch_size", 1, problem, integer=False)
+    # y is always scanned when max_num_classes must be inferred from it.
+    y_max = _scan(X, Y, scan_values, Y is not None and (scan_values or max_num_classes is None),
+                  max_num_classes, problem)
+    if max_num_classes is None:
+        max_num_classes = max(1, int(y_max) + 1)
+    if num_features is None or num_datapoints is None or splits is None or Y is None:
+        return None
+    return DumpInfo(path=path, num_datasets=N, rows=R, features=F, num_features=num_features,
+                    num_datapoints=num_datapoints, splits=splits, max_num_classes=max_num_classes,
+                    original_batch_size=original_batch_size, split_key=split_key,
+                    size_bytes=int(stat.st_size), mtime_ns=int(stat.st_mtime_ns))
+
+
+def open_dump(path, scan_values: bool = True) -> DumpInfo:
+    """Opens and validates a nanoTabPFN dump; DumpError (one line) names the first problem.
+
+    scan_values: also scan X for NaN/Inf and y for class indices (chunked, bounded memory).
+    """
+    info, _ = _inspect_dump(path, scan_values=scan_values, collect=False)
+    assert info is not None
+    return info
+
+
+def check_dump(path) -> list[str]:
+    """Every problem of a dump, one line each; an empty list means the dump is fine."""
+    return _inspect_dump(path, scan_values=True, collect=True)[1]
+
+
+def dump_content_digest(info: DumpInfo, samples: int = 16) -> str:
+    """A cheap content identity of a dump: sha256 of shape, metadata and `samples` sampled datasets.
+
+    Reads `samples` evenly spaced datasets (first and last included) of X and y, so a same-size
+    rewrite of most of the dump changes the digest; costs a few small reads, not a scan.
+
+    Returns:
+        hex digest (64 characters).
+    """
+    digest = hashlib.sha256(np.array([info.num_datasets, info.rows, info.features], "<i8").tobytes())
+    digest.update(metadata_sha256(info.num_features, info.num_datapoints, info.splits).encode())
+    picks = np.unique(np.linspace(0, info.num_datasets - 1, max(1, samples)).round().astype(np.int64))
+    with h5py.File(info.path, "r") as f:
+        for i in picks:
+            digest.update(np.ascontiguousarray(f["X"][i], "<f4").tobytes())
+            digest.update(np.ascontiguousarray(f["y"][i], "<f4").tobytes())
+    return digest.hexdigest()
+
+
+def batch_position(step: int, start: int, global_batch: int, num_datasets: int) -> int:
+    """First dataset of the global batch at `step` (closed form, so resume and DDP ranks agree).
+
+    Positions go start, start+G, start+2G, ...; when the next global batch would run past the end
+    of the dump the position wraps to 0, so every batch is full.
+
+    Args:
+        step: 0-based step. start: position of step 0 (0 <= start < N).
+        global_batch: G = batch_size * world_size (<= N). num_datasets: N.
+
+    Returns:
+        int position p; rank r of W reads datasets [p + r*B, p + (r+1)*B).
+    """
+    G, N = int(global_batch), int(num_datasets)
+    if not 1 <= G <= N:
+        raise ValueError(f"global batch {G} must be in 1..{N} (the number of datasets)")
+    if not 0 <= start < N:
+        raise ValueError(f"start {start} must be in 0..{N - 1}")
+    if step < 0:
+        raise ValueError(f"step {step} must be >= 0")
+    first_run = (N - start) // G  # full batches from `start` before the first wrap
+    if step < first_run:
+        return start + step * G
+    return ((step - first_run) % (N // G)) * G
+
+
+def batch_wrapped(step: int, start: int, global_batch: int, num_datasets: int) -> bool:
+    """True for the first batch after a wrap to dataset 0."""
+    first_run = (num_datasets - start) // global_batch
+    return step >= first_run and (step - first_run) % (num_datasets // global_batch) == 0
+
+
+# The .bin layout --------------------------------------------------------------------------------
+
+BIN_MAGIC = "nanotabpfn-dump-bin"
+BIN_FORMAT_VERSION = 2          # 2: per-block crc32 checksums in the sidecar
+BIN_ALIGNMENT = 4096            # the GPU page size: cuFile DMAs only page-aligned spans to the GPU
+BIN_DTYPE = "<f4"               # X and y records are little-endian float32
+CHECKSUM_BLOCK_BYTES = 16 << 20  # one crc32 per 16 MiB block: verification runs blocks in parallel
+
+
+def bin_paths(dump_path, out_dir=None) -> tuple[str, str, str]:
+    """(`<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json`) in out_dir (default: next to the dump)."""
+    dump_path = os.fspath(dump_path)
+    folder = os.fspath(out_dir) if out_dir is not None else os.path.dirname(os.path.abspath(dump_path))
+    base = os.path.join(folder, os.path.basename(dump_path))
+    return base + ".X.bin", base + ".y.bin", base + ".bin.json"
+
+
+def record_stride_bytes(rows: int, features: int = 1, itemsize: int = 4,
+                        alignment: int = BIN_ALIGNMENT) -> int:
+    """Bytes between consecutive records: rows*features*itemsize rounded up to `alignment`."""
+    raw = int(rows) * int(features) * int(itemsize)
+    return -(-raw // alignment) * alignment
+
+
+def bin_size_bytes(info: DumpInfo) -> int:
+    """Bytes of both .bin files of a dump (padded records)."""
+    return info.num_datasets * (record_stride_bytes(info.rows, info.features) + record_stride_bytes(info.rows))
+
+
+def metadata_sha256(num_features, num_datapoints, splits) -> str:
+    """sha256 of the per-dataset metadata (as little-endian int64)."""
+    digest = hashlib.sha256()
+    for a in (num_features, num_datapoints, splits):
+        digest.update(np.ascontiguousarray(np.asarray(a, dtype="<i8")).tobytes())
+    return digest.hexdigest()
+
+
+class BlockChecksum:
+    """crc32 of each CHECKSUM_BLOCK_BYTES block of a byte stream, fed in pieces as they are written.
+
+    crc32 (zlib): the fastest checksum in the standard library, releases the GIL (threads verify
+    blocks in parallel), and catches accidental damage; it is not a defence against forgery.
+    """
+
+    def __init__(self):
+        self.blocks: list[int] = []
+        self._crc, self._filled = 0, 0
+
+    def update(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            take = min(len(view), CHECKSUM_BLOCK_BYTES - self._filled)
+            self._crc = zlib.crc32(view[:take], self._crc)
+            self._filled += take
+            view = view[take:]
+            if self._filled == CHECKSUM_BLOCK_BYTES:
+                self.blocks.append(self._crc)
+                self._crc, self._filled = 0, 0
+
+    def finish(self) -> list[int]:
+        if self._filled:
+            self.blocks.append(self._crc)
+            self._crc, self._filled = 0, 0
+        return self.blocks
+
+
+def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = None) -> dict:
+    """The sidecar dictionary of a dump's conversion; checksums = {"x": [crc...], "y": [crc...]}."""
+    N, R, F = info.num_datasets, info.rows, info.features
+    x_stride, y_stride = record_stride_bytes(R, F), record_stride_bytes(R, 1)
+    return {
+        "magic": BIN_MAGIC, "format_version": BIN_FORMAT_VERSION, "alignment": BIN_ALIGNMENT,
+        "dtype": BIN_DTYPE,
+        "layout": "record i of X.bin at i*x_stride_bytes: (rows, features) row-major float32, "
+                  "zero padded; record i of y.bin at i*y_stride_bytes: (rows,) float32",
+        "num_datasets": N, "rows": R, "features": F,
+        "x_record_bytes": R * F * 4, "x_stride_bytes": x_stride,
+        "y_record_bytes": R * 4, "y_stride_bytes": y_stride,
+        "x_file": os.path.basename(x_bin), "y_file": os.path.basename(y_bin),
+        "x_size_bytes": N * x_stride, "y_size_bytes": N * y_stride,
+        "split_key": info.split_key,
+        "max_num_classes": int(info.max_num_classes),
+        "original_batch_size": int(info.original_batch_size),
+        "source": {"path": os.path.abspath(info.path), "size_bytes": int(info.size_bytes),
+                   "mtime_ns": int(info.mtime_ns)},
+        "checksum": {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES,
+                     **{k: list(v) for k, v in (checksums or {}).items()}},
+        "metadata_sha256": metadata_sha256(info.num_features, info.num_datapoints, info.splits),
+        "num_features": [int(v) for v in info.num_features],
+        "num_datapoints": [int(v) for v in info.num_datapoints],
+        "splits": [int(v) for v in info.splits],
+    }
+
+
+def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -> dict:
+    """Writes the JSON sidecar atomically; write it LAST, since a loader trusts .bin files only through it."""
+    meta = bin_meta(info, os.fspath(x_bin), os.fspath(y_bin), checksums)
+    safe_io.write_text_atomic(sidecar_path, json.dumps(meta, separators=(",", ":")), "sidecar")
+    return meta
+
+
+def _load_sidecar(sidecar_path: str, fail) -> dict:
+    """The sidecar's JSON after the magic and version checks."""
+    if not os.path.exists(sidecar_path):
+        fail("no .bin conversion (sidecar missing)", "missing")
+    try:
+        with open(sidecar_path) as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError) as exc:
+        fail(f"sidecar is not readable JSON ({one_line(exc)})", "corrupt")
+    if not isinstance(meta, dict) or meta.get("magic") != BIN_MAGIC:
+        fail(f"not a {BIN_MAGIC} sidecar (magic {meta.get('magic') if isinstance(meta, dict) else None!r})",
+             "corrupt")
+    version = meta.get("format_version")
+    if not isinstance(version, int):
+        fail(f"format_version {version!r} is not an integer", "corrupt")
+    if version > BIN_FORMAT_VERSION:
+        fail(f"written by a newer format version {version} (this dump_format.py reads version "
+             f"{BIN_FORMAT_VERSION}); update the code or delete the .bin files", "newer")
+    if version < BIN_FORMAT_VERSION:
+        fail(f"written by an older format version {version} (expected {BIN_FORMAT_VERSION})", "older")
+    return meta
+
+
+def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
+    """Reads a sidecar and asserts that it and its .bin files match the dump (no content read).
+
+    Checks magic, version, dtype, alignment, shapes, strides, both file sizes, the source's size and
+    mtime_ns, the metadata arrays and their sha256, and the checksum table's shape.
+
+    Returns:
+        the sidecar dictionary plus "x_path" and "y_path" (absolute .bin paths).
+
+    Raises:
+        BinFormatError: one line; `.reason` says missing / partial / stale / corrupt / older / newer.
+    """
+    sidecar_path = os.fspath(sidecar_path)
+
+    def fail(message: str, reason: str):
+        raise BinFormatError(f"{sidecar_path}: {message}", reason)
+
+    meta = _load_sidecar(sidecar_path, fail)
+    expected = bin_meta(dump_info, meta.get("x_file", ""), meta.get("y_file", ""))
+    for key in ("dtype", "alignment", "num_datasets", "rows", "features", "x_record_bytes",
+                "x_stride_bytes", "y_record_bytes", "y_stride_bytes", "x_size_bytes", "y_size_bytes"):
+        if meta.get(key) != expected[key]:
+            reason = "stale" if key in ("num_datasets", "rows", "features") else "corrupt"
+            fail(f"{key} is {meta.get(key)!r}, expected {expected[key]!r} for {dump_info.path}", reason)
+    folder = os.path.dirname(os.path.abspath(sidecar_path))
+    checksum = meta.get("checksum") or {}
+    if checksum.get("algorithm") != "crc32" or checksum.get("block_bytes") != CHECKSUM_BLOCK_BYTES:
+        fail(f"checksum table {str(checksum)[:80]!r} is not crc32 per {CHECKSUM_BLOCK_BYTES} bytes", "corrupt")
+    for which in ("x", "y"):
+        name = meta.get(f"{which}_file")
+        if not isinstance(name, str) or not name or os.path.basename(name) != name:
+            fail(f"{which}_file {name!r} is not a file name", "corrupt")
+        p = os.path.join(folder, name)
+        if not os.path.exists(p):
+            fail(f"{name} is missing (partial conversion)", "partial")
+        size = os.path.getsize(p)
+        if size != expected[f"{which}_size_bytes"]:
+            fail(f"{name} is {size} bytes, expected N*stride = {expected[f'{which}_size_bytes']} "
+                 f"(partial or foreign file)", "partial")
+        crcs = checksum.get(which)
+        if not isinstance(crcs, list) or len(crcs) != -(-size // CHECKSUM_BLOCK_BYTES):
+            fail(f"checksum list of {name} missing or of the wrong length", "corrupt")
+        meta[f"{which}_path"] = p
+    source = meta.get("source") or {}
+    if source.get("size_bytes") != dump_info.size_bytes or source.get("mtime_ns") != dump_info.mtime_ns:
+        fail(f"stale: the source {dump_info.path} changed since the conversion (size/mtime "
+             f"{source.get('size_bytes')}/{source.get('mtime_ns')} -> "
+             f"{dump_info.size_bytes}/{dump_info.mtime_ns})", "stale")
+    arrays = [meta.get(k) for k in ("num_features", "num_datapoints", "splits")]
+    if any(not isinstance(a, list) or len(a) != dump_info.num_datasets for a in arrays):
+        fail("per-dataset metadata arrays missing or of the wrong length", "corrupt")
+    if metadata_sha256(*arrays) != meta.get("metadata_sha256"):
+        fail("metadata checksum mismatch (sidecar edited or damaged)", "corrupt")
+    if meta.get("metadata_sha256") != expected["metadata_sha256"]:
+        fail(f"stale: per-dataset metadata differs from {dump_info.path}", "stale")
+    return meta
+
+
+def _block_crc(path: str, block: int) -> int:
+    """crc32 of one block, read through mmap: no copy out of the page cache."""
+    with open(path, "rb") as f:
+        size = min(CHECKSUM_BLOCK_BYTES, os.fstat(f.fileno()).st_size - block * CHECKSUM_BLOCK_BYTES)
+        with mmap.mmap(f.fileno(), size, offset=block * CHECKSUM_BLOCK_BYTES, access=mmap.ACCESS_READ) as m:
+            return zlib.crc32(m)
+
+
+def _bad_block_message(meta: dict, which: str, block: int) -> str:
+    """Names the datasets of a damaged block, and the first invalid value in it if there is one."""
+    stride = meta[f"{which}_stride_bytes"]
+    first = block * CHECKSUM_BLOCK_BYTES // stride
+    last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
+    records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r",
+                        shape=(meta["num_datasets"], stride // 4))[first:last + 1]
+    width = meta["rows"] * (meta["features"] if which == "x" else 1)
+    x_problem, y_problem = value_problems(
+        records[:, :width] if which == "x" else None, records[:, :width] if which == "y" else None,
+        first, meta["max_num_classes"])
+    detail = f"; {x_problem or y_problem}" if (x_problem or y_problem) else ""
+    return (f"{meta[f'{which}_path']}: content of datasets {first}..{last} differs from the "
+            f"conversion (crc32 mismatch in block {block}){detail}")
+
+
+def verify_bin_checksums(meta: dict, threads: int | None = None) -> float:
+    """Compares each block's crc32 with the sidecar's (meta from read_sidecar); returns the seconds spent.
+
+    threads: parallel readers (default up to 8). Raises BinFormatError (reason "corrupt"), one line naming
+    the datasets of the first damaged block and, when the damage is an invalid value, its dataset.
+    """
+    import time
+    start = time.perf_counter()
+    jobs = [(which, b) for which in ("x", "y") for b in range(len(meta["checksum"][which]))]
+    workers = max(1, min(threads or min(8, os.cpu_count() or 1), len(jobs)))
+    with ThreadPoolExecutor(workers) as pool:
+        got = list(pool.map(lambda job: _block_crc(meta[f"{job[0]}_path"], job[1]), jobs))
+    for (which, block), crc in zip(jobs, got):
+        if crc != meta["checksum"][which][block]:
+            raise BinFormatError(_bad_block_message(meta, which, block), "corrupt")
+    return time.perf_counter() - start

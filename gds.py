@@ -1,0 +1,103 @@
+"""Which kvikio path the .bin loader really runs: gds, cufile-compat, kvikio-posix, or memmap without kvikio.
+
+kvikio is optional (kvikio-cu13 on the GPU machine only) and imported lazily; loaders.py asks here.
+"""
+from __future__ import annotations
+
+
+def import_kvikio():
+    """Returns (kvikio module or None, one-line reason when missing)."""
+    try:
+        import kvikio  # noqa: F401
+        import kvikio.defaults  # noqa: F401
+        return kvikio, ""
+    except Exception as exc:  # ImportError, or OSError/RuntimeError from a broken libkvikio
+        return None, f"kvikio not importable ({type(exc).__name__}: {' '.join(str(exc).split())})"
+
+
+def set_threads(kvikio, threads: int) -> None:
+    """Sets kvikio's thread pool size: new API defaults.set, old API defaults.num_threads_reset."""
+    defaults = kvikio.defaults
+    if hasattr(defaults, "set"):
+        defaults.set({"num_threads": int(threads)})
+    else:
+        defaults.num_threads_reset(int(threads))
+
+
+def _compat_mode(kvikio):
+    """kvikio's compat mode setting (CompatMode.ON/OFF/AUTO on new versions, bool on old ones)."""
+    defaults = kvikio.defaults
+    return defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()
+
+
+def cufile_property(kvikio, name: str):
+    """A cuFile driver property (is_gds_available, allow_compat_mode), or None if unreadable."""
+    try:
+        import kvikio.cufile_driver as driver
+        return driver.get(name) if hasattr(driver, "get") else getattr(driver.properties, name)
+    except Exception:
+        pass
+    try:
+        return getattr(kvikio.DriverProperties(), name)  # older kvikio
+    except Exception:
+        return None
+
+
+def kvikio_io_path(kvikio) -> tuple[str, str]:
+    """The path kvikio takes for reads into CUDA memory: ("gds" | "cufile-compat" | "kvikio-posix", why).
+
+    gds only when kvikio is not in compat mode and the cuFile driver reports GPUDirect Storage; the
+    reason never says "GDS" for a path that is not gds.
+    """
+    mode = _compat_mode(kvikio)
+    mode_name = getattr(mode, "name", str(mode))
+    try:
+        preferred = bool(kvikio.defaults.is_compat_mode_preferred())
+    except Exception:
+        preferred = mode is True or mode_name.upper().endswith("ON")
+    if preferred:
+        return "kvikio-posix", f"kvikio compat mode {mode_name}: cuFile not in use"
+    if cufile_property(kvikio, "is_gds_available") is True:
+        return "gds", "cuFile driver reports GPUDirect Storage available: disk -> GPU DMA"
+    if cufile_property(kvikio, "allow_compat_mode") is False:
+        # cuFile refuses its compat mode, so kvikio (in AUTO) falls back to its own POSIX reads.
+        return "kvikio-posix", (f"kvikio compat mode {mode_name}; no GPUDirect Storage driver and "
+                                f"cuFile compat mode disallowed")
+    return "cufile-compat", "cuFile in its own compat mode (no GPUDirect Storage driver)"
+
+
+def read_target(io_path: str, requested: str = "device") -> str:
+    """Where kvikio reads to: "device" (CUDA slots; always for gds) or "host" (pinned slots) when asked."""
+    if requested not in ("device", "host"):
+        raise ValueError(f"kvikio target must be 'device' or 'host', got {requested!r}")
+    return "device" if io_path == "gds" else requested
+
+
+def choose_io_path(cuda: bool, threads: int, target: str):
+    """Returns (kvikio or None, io path, one-line why) for the .bin loader before any file is opened."""
+    kvikio, missing = (None, "no CUDA device") if not cuda else import_kvikio()
+    if kvikio is None:
+        io_path = "memmap+pinned" if cuda else "memmap"
+        why = (f"{missing}: numpy memmap of the .bin, "
+               + ("pinned staging + non_blocking copies on a side stream" if cuda
+                  else "read ahead by one thread (CPU: no copies)"))
+        return None, io_path, why
+    set_threads(kvikio, threads)
+    io_path, why = kvikio_io_path(kvikio)
+    if read_target(io_path, target) == "host" and io_path != "kvikio-posix":
+        # Host buffers never go through cuFile: kvikio reads them with POSIX preads.
+        io_path, why = "kvikio-posix", f"{why}; host-buffer reads bypass cuFile"
+    return kvikio, io_path, why
+
+
+def check_direct_io(kvikio, path: str, io_path: str, why: str) -> tuple[str, str]:
+    """kvikio in AUTO mode quietly reads through POSIX a file that cannot be opened with O_DIRECT
+    (tmpfs, overlay...): checks the real file so the reported path is honest."""
+    handle = kvikio.CuFile(path, "r")
+    try:
+        direct = handle.is_direct_io_supported() if hasattr(handle, "is_direct_io_supported") else True
+    finally:
+        handle.close()
+    if direct:
+        return io_path, why
+    return "kvikio-posix", f"{path} cannot be opened with O_DIRECT (file system), so kvikio reads it through POSIX"
