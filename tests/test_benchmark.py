@@ -1,4 +1,5 @@
-"""benchmark.py: run order, aggregation math, tables traced back to records, CLI errors (CPU, fast)."""
+"""benchmark.py, bench_report.py, bench_micro.py: run order, aggregation math, tables traced back to records,
+progress lines, plots, the micro-benchmarks, CLI errors (CPU, fast)."""
 import json
 import os
 import re
@@ -9,7 +10,10 @@ import sys
 import numpy as np
 import pytest
 
+import bench_micro
+import bench_report as br
 import benchmark
+from profile_utils import format_ms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,9 +48,9 @@ def test_schedule_interleaves_configs_within_each_repeat():
 
 
 def test_aggregate_median_of_medians_spread_and_speedup():
-    base = [benchmark.summarize_record(fake_record(m, peak=p)) for m, p in ((100.0, 5), (120.0, 7), (90.0, 6))]
-    fast = [benchmark.summarize_record(fake_record(m, p10=m - 5, p90=m + 5)) for m in (50.0, 40.0, 45.0)]
-    a, b = benchmark.aggregate(base), benchmark.aggregate(fast)
+    base = [br.summarize_record(fake_record(m, peak=p)) for m, p in ((100.0, 5), (120.0, 7), (90.0, 6))]
+    fast = [br.summarize_record(fake_record(m, p10=m - 5, p90=m + 5)) for m in (50.0, 40.0, 45.0)]
+    a, b = br.aggregate(base), br.aggregate(fast)
     assert a["median_ms"] == 100.0 and (a["min_ms"], a["max_ms"]) == (90.0, 120.0)
     assert a["repeat_ms"] == [100.0, 120.0, 90.0]          # kept in run order
     assert a["peak_memory_bytes"] == 7                     # worst repeat
@@ -55,17 +59,17 @@ def test_aggregate_median_of_medians_spread_and_speedup():
     assert (b["p10_ms"], b["p90_ms"]) == (35.0, 55.0)
     assert b["phases"]["forward"] == 22.5                  # median over repeats of each phase
     assert b["data_share"] == pytest.approx(statistics.median([1 / 50, 1 / 40, 1 / 45]))
-    rows = benchmark.add_speedups([{"config": "baseline", **a}, {"config": "fast", **b}])
+    rows = br.add_speedups([{"config": "baseline", **a}, {"config": "fast", **b}])
     assert rows[0]["speedup"] == 1.0
     assert rows[1]["speedup"] == pytest.approx(100.0 / 45.0)   # baseline median / config median
-    assert benchmark.best_row(rows)["config"] == "fast"
+    assert br.best_row(rows)["config"] == "fast"
 
 
 def test_aggregate_pools_per_step_times_when_records_carry_them():
     rng = np.random.default_rng(0)
     steps = [list(rng.uniform(10, 20, 30)), list(rng.uniform(15, 30, 30))]
-    s = [benchmark.summarize_record(fake_record(float(np.median(t)), steps=t)) for t in steps]
-    agg = benchmark.aggregate(s)
+    s = [br.summarize_record(fake_record(float(np.median(t)), steps=t)) for t in steps]
+    agg = br.aggregate(s)
     pooled = np.concatenate(steps)
     assert agg["p10_ms"] == pytest.approx(np.percentile(pooled, 10))
     assert agg["p90_ms"] == pytest.approx(np.percentile(pooled, 90))
@@ -75,16 +79,16 @@ def test_aggregate_pools_per_step_times_when_records_carry_them():
 def test_rows_for_reports_skipped_and_failed_configs():
     ok = fake_record(10.0)
     runs = [{"workload": "w", "config": "baseline", "repeat": 1, "status": "ok", "error": "",
-             "summary": benchmark.summarize_record(ok)},
+             "summary": br.summarize_record(ok)},
             {"workload": "w", "config": "compile", "repeat": 1, "status": "unsupported",
              "error": "train_optimized.py does not accept these flags yet", "summary": None},
             {"workload": "w", "config": "flash", "repeat": 1, "status": "failed", "error": "exit 1: boom",
              "summary": None}]
-    rows = benchmark.rows_for(runs, "w", ["baseline", "compile", "flash"])
+    rows = br.rows_for(runs, "w", ["baseline", "compile", "flash"], benchmark.FLAGS)
     assert rows[0]["median_ms"] == 10.0 and rows[0]["speedup"] == 1.0
     assert rows[1]["status"].startswith("skipped: ") and "median_ms" not in rows[1]
     assert rows[2]["status"] == "failed: exit 1: boom"
-    lines = benchmark.ablation_table(rows, batch_size=4)
+    lines = br.ablation_table(rows, batch_size=4)
     table = [line for line in lines if line.startswith("| ")]
     assert len(table) == 2                                    # header + the one measured row
     assert any(line.startswith("- `compile`") and "skipped" in line for line in lines)
@@ -104,9 +108,9 @@ def test_rejected_flags_are_skipped_not_failed(tmp_path):
 
 def test_targets_met_and_missed():
     row = {"median_ms": 14.0, "peak_memory_bytes": 4 * 2**30, "data_share": 0.002}
-    checks = {what: met for what, _, _, met in benchmark.check_targets("blog", row)}
+    checks = {what: met for what, _, _, met in br.check_targets("blog", row)}
     assert checks == {"ms/step": True, "peak memory": False, "data wait": True}
-    checks = {what: met for what, _, _, met in benchmark.check_targets("upstream", {**row, "median_ms": 2.5})}
+    checks = {what: met for what, _, _, met in br.check_targets("upstream", {**row, "median_ms": 2.5})}
     assert checks == {"ms/step": False, "data wait": True}
 
 
@@ -141,17 +145,17 @@ Self CUDA time total: 510 ms (170 ms per step; GPU busy 98% of the 175 ms profil
 
 
 def test_profile_tables_split_and_compare():
-    base = benchmark.split_profile_tables(SAMPLE_TABLES.format(memcpy_total="400 ms", memcpy="133 ms",
+    base = br.split_profile_tables(SAMPLE_TABLES.format(memcpy_total="400 ms", memcpy="133 ms",
                                                                peak="34.000 GiB"))
-    best = benchmark.split_profile_tables(SAMPLE_TABLES.format(memcpy_total="60.0 µs", memcpy="20.0 µs",
+    best = br.split_profile_tables(SAMPLE_TABLES.format(memcpy_total="60.0 µs", memcpy="20.0 µs",
                                                                peak="2.900 GiB"))
     assert list(base) == ["cpu", "cuda", "transfers", "memory"]
-    line = benchmark.compare_profile_table("transfers", base["transfers"], best["transfers"])
+    line = br.compare_profile_table("transfers", base["transfers"], best["transfers"])
     assert line.startswith("cudaMemcpyAsync CPU time per step: 133 ms (baseline) → 20.0 µs (best)")
-    assert benchmark.compare_profile_table("memory", base["memory"], best["memory"]) == \
+    assert br.compare_profile_table("memory", base["memory"], best["memory"]) == \
         "peak allocated: 34.000 GiB (baseline) → 2.900 GiB (best)"
-    assert "173 ms (baseline)" in benchmark.compare_profile_table("cpu", base["cpu"], best["cpu"])
-    assert "GPU busy: 98% (baseline)" in benchmark.compare_profile_table("cuda", base["cuda"], best["cuda"])
+    assert "173 ms (baseline)" in br.compare_profile_table("cpu", base["cpu"], best["cpu"])
+    assert "GPU busy: 98% (baseline)" in br.compare_profile_table("cuda", base["cuda"], best["cuda"])
 
 
 def run_cli(*args, timeout=600):
@@ -197,8 +201,13 @@ def test_quick_ablation_writes_tables_traced_to_records(quick_run):
     assert pngs and all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert "python benchmark.py --quick --out" in md and "git commit:" in md
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
-    # Progress: one line per run, "[blog r1/1] baseline: 12.34 ms/step (data 1.2%)".
-    assert re.search(r"^\[blog r1/1\] baseline: [\d.]+ ms/step \(data [\d.]+%\)$", proc.stdout, re.M)
+    # Progress: what will run and roughly how long first, then one numbered line per run with an ETA,
+    # "[1/6] blog r1/1 baseline: 12.3 ms/step (data 1.2%), ETA 0:52".
+    assert re.search(r"^ablation \(2 workloads x 3 configs x 1 repeats, one process each\): 6 runs, roughly "
+                     r"\d+:\d\d \(", proc.stdout, re.M), proc.stdout[:500]
+    assert re.search(r"^\[1/6\] blog r1/1 baseline: [\d.]+ ms/step \(data [\d.]+%\), ETA \d+:\d\d$",
+                     proc.stdout, re.M), proc.stdout[:1000]
+    assert re.search(r"^\[6/6\] upstream r1/1 flash: [\d.]+ ms/step \(data [\d.]+%\), done$", proc.stdout, re.M)
 
     workloads = list(data["workloads"])
     assert workloads == ["blog", "upstream"]
@@ -218,7 +227,7 @@ def test_quick_ablation_writes_tables_traced_to_records(quick_run):
             # Recomputed from the raw records, not from the aggregated rows.
             medians[config] = statistics.median(r["timing"]["step"]["median"] for r in records)
             cell = rows[config]["ms/step median [p10–p90]"]
-            assert cell.split(" [")[0] == benchmark.format_ms(medians[config]), (workload, config, cell)
+            assert cell.split(" [")[0] == format_ms(medians[config]), (workload, config, cell)
             data_ms = statistics.median(r["timing"]["phases"]["data"]["median"] for r in records)
             assert rows[config]["data wait"].startswith(f"{data_ms:.2f} ms")
         for config in configs:
@@ -236,7 +245,7 @@ def quick_mode(tmp_path, flag, name, workloads):
 def test_loaders_only_quick_on_cpu(tmp_path):
     md, data = quick_mode(tmp_path, "--loaders-only", "loaders", "blog")
     rows = {r["loader_config"]: r for r in data["rows"]["blog"]}
-    assert set(rows) == {name for name, _ in benchmark.LOADER_CONFIGS}
+    assert set(rows) == {name for name, _ in bench_micro.LOADER_CONFIGS}
     for name, row in rows.items():
         assert row["status"] == "ok", (name, row)
         assert row["batches_per_s"] > 0
@@ -251,7 +260,7 @@ def test_attention_quick_on_cpu_times_every_kernel_at_every_split(tmp_path):
     for workload, shape in benchmark.QUICK_WORKLOADS.items():
         result = data["workloads"][workload]
         assert result["N"] == shape["batch_size"] * (shape["features"] + 1) and result["R"] == shape["rows"]
-        splits = {int(shape["rows"] * q) for q in benchmark.ATTENTION_SPLIT_QUANTILES}
+        splits = {int(shape["rows"] * q) for q in bench_micro.ATTENTION_SPLIT_QUANTILES}
         assert {(r["kernel"], r["split"]) for r in result["rows"]} == {(k, s) for k in ("math", "flash")
                                                                         for s in splits}
         for row in result["rows"]:
@@ -265,11 +274,11 @@ def test_scaling_rows_throughput_and_efficiency():
     def run(gpus, median, world):
         record = fake_record(median, world_size=world)
         record["extra"]["global_batch"] = 4 * world
-        return {"workload": "w", "config": benchmark.gpu_label(gpus), "status": "ok", "error": "",
-                "summary": benchmark.summarize_record(record)}
+        return {"workload": "w", "config": br.gpu_label(gpus), "status": "ok", "error": "",
+                "summary": br.summarize_record(record)}
     runs = [run(1, 10.0, 1), run(2, 12.0, 2), run(2, 11.0, 2), run(4, 20.0, 2),
-            {"workload": "w", "config": benchmark.gpu_label(8), "status": "failed", "error": "exit 1: nccl"}]
-    rows = benchmark.scaling_rows(runs, "w", [1, 2, 4, 8], batch_size=4)
+            {"workload": "w", "config": br.gpu_label(8), "status": "failed", "error": "exit 1: nccl"}]
+    rows = br.scaling_rows(runs, "w", [1, 2, 4, 8], batch_size=4)
     assert rows[0]["datasets_per_s"] == pytest.approx(400.0) and rows[0]["efficiency"] == pytest.approx(1.0)
     assert rows[1]["step_ms"]["median"] == 11.5                      # median of the two repeats
     assert rows[1]["datasets_per_s"] == pytest.approx(8 * 1000 / 11.5)
@@ -316,11 +325,100 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
     assert benchmark.load_previous(str(path), shapes, dumps, args) == {}
 
 
+def test_committed_h200_records_still_regenerate_their_rows():
+    """results/nvidia-h200/ablation.json (records written by the code before the redesign) still loads: every
+    row's median and speedup are recomputed from its raw records by the current aggregation."""
+    with open(os.path.join(REPO, "results", "nvidia-h200", "ablation.json")) as f:
+        data = json.load(f)
+    for workload, rows in data["rows"].items():
+        runs = [{**r, "summary": br.summarize_record(r["record"]) if r["status"] == "ok" else None}
+                for r in data["runs"] if r["workload"] == workload]
+        names = [row["config"] for row in rows]
+        again = {row["config"]: row for row in br.rows_for(runs, workload, names, benchmark.FLAGS)}
+        for row in rows:
+            if row.get("median_ms"):
+                assert again[row["config"]]["median_ms"] == pytest.approx(row["median_ms"]), row["config"]
+                assert again[row["config"]]["speedup"] == pytest.approx(row["speedup"]), row["config"]
+                assert again[row["config"]]["attention_kernel"] == (row.get("sdpa_backend") or "")
+
+
+def test_progress_lines_number_the_runs_and_give_an_eta(capsys):
+    progress = br.Progress(3, "ablation", per_run_s=20, basis="a guess")
+    progress.line("blog r1/1 baseline", "12.3 ms/step", seconds=30.0)
+    progress.line("blog r1/1 flash", "skipped: no flag")      # no wall time: the ETA keeps the finished runs'
+    progress.line("blog r1/1 fast", "5.0 ms/step", seconds=10.0)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "ablation: 3 runs, roughly 1:00 (0:20 a run, a guess); each line ends with an ETA"
+    assert out[1:] == ["[1/3] blog r1/1 baseline: 12.3 ms/step, ETA 1:00", "[2/3] blog r1/1 flash: skipped: no flag, "
+                       "ETA 0:30", "[3/3] blog r1/1 fast: 5.0 ms/step, done"]
+    assert br.format_duration(3725) == "1:02:05"
+
+
+def test_attention_flop_and_hopper_floors_match_the_blog_numbers():
+    """At the blog's median split (N = 36, H = 4, R = 5000, S = 2500, D = 24) over 3 layers: ~2.4e12 FLOP with
+    the head padded to 32 (~3.4 ms of tensor cores at 700 TFLOP/s) and ~1.1e10 exponentials (~2.6 ms of SFU)."""
+    shape = (36, 4, 5000, 2500, 24)
+    assert bench_micro.attention_flop(*shape) == 4 * 36 * 4 * 5000 * 2500 * 24 * 3.5
+    floors = bench_micro.attention_floors_ms(*shape)
+    assert 3 * bench_micro.attention_flop(*shape[:4], 24, head_dim=32) == pytest.approx(2.42e12, rel=0.01)
+    assert 3 * floors["tensor_core_ms"] == pytest.approx(3.46, rel=0.01)
+    assert 3 * floors["sfu_ms"] == pytest.approx(2.58, rel=0.01)
+    assert {k for k, _ in bench_micro.attention_kernels(torch_device("cpu"))} == {"math", "flash"}
+    assert {k for k, _ in bench_micro.attention_kernels(torch_device("cuda"))} >= {"flash", "cudnn", "efficient",
+                                                                                   "flex"}
+
+
+def torch_device(name):
+    import torch
+    return torch.device(name)
+
+
 def test_first_reach_finds_the_first_eval_at_or_above_the_bar():
-    import benchmark
     history = [{"step": 100, "train_seconds": 1.0, "scores": {"roc_auc": 0.80}},
                {"step": 200, "train_seconds": 2.0, "scores": {"roc_auc": 0.95}},
                {"step": 300, "train_seconds": 3.0, "scores": {"roc_auc": 0.97}}]
     assert benchmark.first_reach(history, 0.95) == (200, 2.0)
     assert benchmark.first_reach(history, 0.99) is None
     assert benchmark.first_reach([], 0.5) is None
+
+
+def _assert_png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    assert [p for p in os.listdir(path.parent) if p.endswith(".tmp")] == []
+
+
+def test_plots_write_png(tmp_path):
+    rows = [
+        {"config": "baseline", "phases": {"data": 40.0, "forward": 60.0, "backward": 70.0,
+                                          "optimizer": 5.0, "other": 3.0},
+         "step_ms": {"median": 180.0, "p10": 175.0, "p90": 190.0}},
+        {"config": "+pinned", "phases": {"data": 10.0, "forward": 60.0, "backward": 70.0,
+                                         "optimizer": 5.0},
+         "step_ms": {"median": 150.0, "p10": 148.0, "p90": 155.0}},
+    ]
+    written = br.plot_phase_bars(rows, tmp_path / "p" / "phases.png", "phases")
+    assert written == str(tmp_path / "p" / "phases.png")   # parent folder created
+    _assert_png(tmp_path / "p" / "phases.png")
+    br.plot_speedup(rows, tmp_path / "speedup.png", "speedup")
+    _assert_png(tmp_path / "speedup.png")
+    br.plot_speedup([{"config": "a", "speedup": 1.0}, {"config": "b", "speedup": 1.5,
+                                                        "speedup_p10": 1.4, "speedup_p90": 1.6}],
+                    tmp_path / "speedup2.png", "given")
+    _assert_png(tmp_path / "speedup2.png")
+    steps = np.arange(200)
+    rng = np.random.default_rng(0)
+    curves = {"fp32": [(steps, 1 / (1 + steps / 20) + 0.05 * rng.standard_normal(200))
+                       for _ in range(3)],
+              "bf16": (steps, 1 / (1 + steps / 22))}
+    br.plot_loss_curves(curves, tmp_path / "loss.png", "loss")
+    _assert_png(tmp_path / "loss.png")
+    br.plot_loss_curves(curves, tmp_path / "loss_std.png", "loss", band="std", smooth=0)
+    _assert_png(tmp_path / "loss_std.png")
+    scaling = [{"gpus": g, "datasets_per_s": 100.0 * g * 0.9, "step_ms": {"median": 60.0 + g,
+                "p10": 59.0 + g, "p90": 62.0 + g}} for g in (1, 2, 4, 8)]
+    br.plot_scaling(scaling, tmp_path / "scaling.png")
+    _assert_png(tmp_path / "scaling.png")
+    with pytest.raises(ValueError, match="baseline"):
+        br.plot_speedup(rows, tmp_path / "x.png", "x", baseline="nope")
+    assert not (tmp_path / "x.png").exists()

@@ -1,4 +1,4 @@
-"""Tests for profile_utils: the step timer, diagnose, run records, the profiler tables and plots.
+"""Tests for profile_utils: the step timer, diagnose, run records (written through safe_io), the profiler tables.
 
 CPU tests run anywhere in a few seconds; the CUDA tests at the end check the event clock against
 a synchronize-per-phase clock, the timer's cost and the verdicts on real GPU loops.
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import profile_utils as pu
+import safe_io
 
 STATS_KEYS = {"n", "median", "p10", "p90", "mean", "std", "min", "max"}
 SUMMARY_KEYS = {"device", "clock", "enabled", "warmup_steps", "measured_steps", "discarded_steps",
@@ -324,7 +325,7 @@ def test_write_json_atomic_converts_scalars_and_makes_parents(tmp_path):
     path = tmp_path / "a" / "b" / "rec.json"
     obj = {"np": np.float32(1.5), "i": np.int64(3), "t": torch.tensor(2.5), "arr": np.arange(3),
            "nan": float("nan"), "inf": -math.inf, "dtype": torch.float32, "tuple": (1, 2)}
-    pu.write_json_atomic(path, obj)
+    safe_io.write_json_atomic(path, obj)
     back = json.loads(path.read_text())
     assert back == {"np": 1.5, "i": 3, "t": 2.5, "arr": [0, 1, 2], "nan": "NaN",
                     "inf": "-Infinity", "dtype": "torch.float32", "tuple": [1, 2]}
@@ -334,14 +335,14 @@ def test_write_json_atomic_converts_scalars_and_makes_parents(tmp_path):
 @pytest.mark.parametrize("failing", ["fsync", "replace"])
 def test_write_json_atomic_failure_keeps_previous_file(tmp_path, monkeypatch, failing):
     path = tmp_path / "rec.json"
-    pu.write_json_atomic(path, {"version": 1})
+    safe_io.write_json_atomic(path, {"version": 1})
 
     def boom(*args, **kwargs):
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(pu.os, failing, boom)
+    monkeypatch.setattr(safe_io.os, failing, boom)
     with pytest.raises(OSError, match="simulated"):
-        pu.write_json_atomic(path, {"version": 2})
+        safe_io.write_json_atomic(path, {"version": 2})
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"version": 1}
     assert os.listdir(tmp_path) == ["rec.json"]   # no temp file left behind
@@ -349,9 +350,9 @@ def test_write_json_atomic_failure_keeps_previous_file(tmp_path, monkeypatch, fa
 
 def test_write_json_atomic_rejects_unserialisable_before_touching_disk(tmp_path):
     path = tmp_path / "rec.json"
-    pu.write_json_atomic(path, {"version": 1})
+    safe_io.write_json_atomic(path, {"version": 1})
     with pytest.raises(TypeError, match="cannot write object"):
-        pu.write_json_atomic(path, {"bad": object()})
+        safe_io.write_json_atomic(path, {"bad": object()})
     assert json.loads(path.read_text()) == {"version": 1}
     assert os.listdir(tmp_path) == ["rec.json"]
 
@@ -437,6 +438,21 @@ def test_training_profiler_cpu_tables_and_trace(tmp_path):
     assert os.listdir(tmp_path / "prof") == ["trace.json"]
 
 
+def test_training_profiler_trace_in_a_tensorboard_log_dir(tmp_path):
+    """With log_dir the trace is `<log_dir>/<host>_<pid>.<ms>.pt.trace.json`, where TensorBoard's profiler
+    plugin (and Perfetto) find it, and nothing is written to out_dir."""
+    log_dir = tmp_path / "tb" / "run1"
+    with pu.TrainingProfiler("cpu", out_dir=tmp_path / "unused", log_dir=log_dir, wait=1, warmup=1,
+                             active=2) as prof:
+        _tiny_training(prof, steps=5)
+    files = os.listdir(log_dir)
+    assert len(files) == 1 and files[0].endswith(".pt.trace.json"), files
+    assert prof.stats()["trace_path"] == str(log_dir / files[0])
+    trace = json.loads((log_dir / files[0]).read_text())
+    assert "aten::addmm" in {e.get("name") for e in trace["traceEvents"]}
+    assert not (tmp_path / "unused").exists()
+
+
 def test_training_profiler_print_and_too_few_steps(tmp_path, capsys):
     with pu.TrainingProfiler("cpu", out_dir=tmp_path, wait=2, warmup=1, active=2) as prof:
         _tiny_training(prof, steps=1)
@@ -457,50 +473,8 @@ def test_training_profiler_disabled_is_a_no_op(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Plots and formatting
+# Formatting
 # ----------------------------------------------------------------------------------------------
-
-def _assert_png(path):
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
-    assert [p for p in os.listdir(path.parent) if p.endswith(".tmp")] == []
-
-
-def test_plots_write_png(tmp_path):
-    rows = [
-        {"config": "baseline", "phases": {"data": 40.0, "forward": 60.0, "backward": 70.0,
-                                          "optimizer": 5.0, "other": 3.0},
-         "step_ms": {"median": 180.0, "p10": 175.0, "p90": 190.0}},
-        {"config": "+pinned", "phases": {"data": 10.0, "forward": 60.0, "backward": 70.0,
-                                         "optimizer": 5.0},
-         "step_ms": {"median": 150.0, "p10": 148.0, "p90": 155.0}},
-    ]
-    written = pu.plot_phase_bars(rows, tmp_path / "p" / "phases.png", "phases")
-    assert written == str(tmp_path / "p" / "phases.png")   # parent folder created
-    _assert_png(tmp_path / "p" / "phases.png")
-    pu.plot_speedup(rows, tmp_path / "speedup.png", "speedup")
-    _assert_png(tmp_path / "speedup.png")
-    pu.plot_speedup([{"config": "a", "speedup": 1.0}, {"config": "b", "speedup": 1.5,
-                                                        "speedup_p10": 1.4, "speedup_p90": 1.6}],
-                    tmp_path / "speedup2.png", "given")
-    _assert_png(tmp_path / "speedup2.png")
-    steps = np.arange(200)
-    rng = np.random.default_rng(0)
-    curves = {"fp32": [(steps, 1 / (1 + steps / 20) + 0.05 * rng.standard_normal(200))
-                       for _ in range(3)],
-              "bf16": (steps, 1 / (1 + steps / 22))}
-    pu.plot_loss_curves(curves, tmp_path / "loss.png", "loss")
-    _assert_png(tmp_path / "loss.png")
-    pu.plot_loss_curves(curves, tmp_path / "loss_std.png", "loss", band="std", smooth=0)
-    _assert_png(tmp_path / "loss_std.png")
-    scaling = [{"gpus": g, "datasets_per_s": 100.0 * g * 0.9, "step_ms": {"median": 60.0 + g,
-                "p10": 59.0 + g, "p90": 62.0 + g}} for g in (1, 2, 4, 8)]
-    pu.plot_scaling(scaling, tmp_path / "scaling.png")
-    _assert_png(tmp_path / "scaling.png")
-    with pytest.raises(ValueError, match="baseline"):
-        pu.plot_speedup(rows, tmp_path / "x.png", "x", baseline="nope")
-    assert not (tmp_path / "x.png").exists()
-
 
 def test_formatting_helpers():
     assert pu.format_ms(180.0) == "180 ms" and pu.format_ms(41.23) == "41.2 ms"
@@ -692,10 +666,9 @@ def test_cuda_profiler_tables(tmp_path):
 
 def test_a_named_commit_wins_over_a_stale_git(monkeypatch):
     """A tree copied to a GPU machine may carry an old .git: the commit named by the copier is recorded."""
-    import benchmark
     monkeypatch.setenv("NANOTABPFN_GIT_COMMIT", "0123abc")
     rec = pu.environment_record("cpu")
     assert rec["git_commit"] == "0123abc" and rec["git_dirty"] is None
-    assert benchmark.git_commit() == "0123abc"
+    assert pu.git_commit() == "0123abc"
     monkeypatch.delenv("NANOTABPFN_GIT_COMMIT")
-    assert benchmark.git_commit() != "0123abc"
+    assert pu.git_commit() != "0123abc"

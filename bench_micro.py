@@ -1,0 +1,332 @@
+"""Micro-benchmarks in this process: each loader without training, and the datapoint attention alone.
+
+Both call the repository's own code (loaders.make_loader, model.datapoint_attention), never a copy of it.
+"""
+import statistics
+import time
+
+import torch
+
+from bench_report import Progress
+from profile_utils import md_cell
+from dump_format import one_line
+from loaders import LoaderConfig, make_loader
+from model import ModelConfig, datapoint_attention, train_key_block_mask
+
+# --loaders-only: (row name, LoaderConfig fields).
+LOADER_CONFIGS = [
+    ("baseline-h5", dict(kind="h5")), ("pinned", dict(kind="h5", pinned=True)),
+    ("streams", dict(kind="h5", streams=True)), ("pinned+streams", dict(kind="h5", pinned=True, streams=True)),
+    ("gds-bin", dict(kind="bin")), ("resident", dict(kind="resident"))]
+LOADER_WARMUP = 10   # untimed batches per loader (thread start-up, first reads, allocator)
+
+# --attention: (kernel of model.datapoint_attention, devices it runs on, every split or the median only).
+# flex sees all R keys under the padded step's block mask and is compiled per split, hence the median only.
+ATTENTION_KERNELS = [
+    ("math", ("cpu",), "all"), ("flash", ("cpu", "cuda"), "all"), ("cudnn", ("cuda",), "all"),
+    ("efficient", ("cuda",), "all"), ("flex", ("cuda",), "median"), ("triton", ("cuda",), "all")]
+# The prior draws the split as int(R * U(0.1, 0.9)): these are its 10th, 50th and 90th percentiles.
+ATTENTION_SPLIT_QUANTILES = (0.18, 0.5, 0.82)
+# Hopper floors (H100 SXM / H200): bf16 dense tensor-core FLOP/s reachable by an attention kernel, and
+# exponentials per second of the special-function units (132 SMs x 16 per clock x 1.98 GHz).
+TENSOR_CORE_FLOPS = 700e12
+SFU_EXP_PER_S = 132 * 16 * 1.98e9
+TENSOR_CORE_HEAD_DIM = 32   # the MMA tiles pad a head dim of 24 to 32
+BACKWARD_FLOP_FACTOR = 2.5  # backward FLOP = 2.5 x forward (FlashAttention's convention)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_ms(device, fn):
+    """(ms, fn()) of one call: CUDA events around it on CUDA (the GPU time of what it queues), else host clock."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        result = fn()
+        return (time.perf_counter() - t0) * 1e3, result
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = fn()
+    end.record()
+    end.synchronize()   # why: elapsed_time needs both events complete
+    return start.elapsed_time(end), result
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaders.
+
+def copy_ms(device, tensors, repeats):
+    """{"pinned", "pageable"}: median ms (CUDA events) of copying `tensors` host-to-device; None on CPU."""
+    if device.type != "cuda":
+        return None
+    out = {}
+    for kind in ("pinned", "pageable"):
+        src = [t.pin_memory() if kind == "pinned" else t for t in tensors]
+        for t in src:
+            t.to(device, non_blocking=True)   # warm-up: allocator and driver set-up
+        _sync(device)
+        out[kind] = statistics.median(
+            timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src])[0] for _ in range(repeats))
+    return out
+
+
+def h2d_bandwidth(device, nbytes, repeats=10):
+    """{"pinned", "pageable"} -> {"bytes", "median_ms", "gb_per_s"} of one `nbytes` copy; None on CPU."""
+    ms = copy_ms(device, [torch.ones(nbytes, dtype=torch.uint8)], repeats)   # written once: no page faults
+    return None if ms is None else {kind: {"bytes": nbytes, "median_ms": t, "gb_per_s": nbytes / (t / 1e3) / 1e9,
+                                           "repeats": repeats} for kind, t in ms.items()}
+
+
+def measure_loader(info, batch_size, device, fields, warmup, batches):
+    """Batches/s and GB/s one loader delivers to `device` without training (a synchronize before and
+    after the timed batches); {"status": "failed", "error"} when it cannot be built or read."""
+    t0 = time.perf_counter()
+    try:
+        loader = make_loader(info, batch_size, device, LoaderConfig(**fields))
+    except Exception as e:   # one row says why (e.g. no kvikio); the other loaders still run
+        return {"status": "failed", "error": f"{type(e).__name__}: {one_line(e)}"}
+    try:
+        it = iter(loader)
+        for _ in range(warmup):
+            next(it)
+        _sync(device)   # why: warm-up copies must not spill into the timed window
+        setup, nbytes, t1 = time.perf_counter() - t0, 0, time.perf_counter()
+        for _ in range(batches):
+            batch = next(it)
+            nbytes += batch.x.numel() * batch.x.element_size() + batch.y.numel() * batch.y.element_size()
+        _sync(device)   # why: copies may still be in flight; the clock stops when the last batch is there
+        seconds = time.perf_counter() - t1
+        desc = loader.describe()
+    except Exception as e:
+        return {"status": "failed", "error": f"{type(e).__name__}: {one_line(e)}"}
+    finally:
+        loader.close()
+    return {"status": "ok", "loader": desc.get("loader"), "path": desc.get("path"),
+            "notes": list(desc.get("notes") or loader.notes or []), "batches": batches, "bytes": nbytes,
+            "seconds": seconds, "batches_per_s": batches / seconds, "ms_per_batch": 1000.0 * seconds / batches,
+            "gb_per_s": nbytes / seconds / 1e9, "setup_s": setup}
+
+
+def run_loaders(shapes, infos, device, repeats, batches, h2d_mib):
+    """Every loader of LOADER_CONFIGS per workload, interleaved over repeats, with the host-to-device
+    reference measured in the same process. Returns {"h2d", "batch_copy_us", "rows", "measurements"}."""
+    h2d = h2d_bandwidth(device, h2d_mib << 20)
+    copies = {}
+    for w, s in shapes.items():
+        ms = copy_ms(device, [torch.randn(s["batch_size"], s["rows"], s["features"]),
+                              torch.randn(s["batch_size"], s["rows"])], 50)
+        copies[w] = ms and {kind: t * 1000.0 for kind, t in ms.items()}
+    fields_of = dict(LOADER_CONFIGS)
+    plan = [(w, r, name) for w in shapes for r in range(1, repeats + 1) for name, _ in LOADER_CONFIGS]
+    progress = Progress(len(plan), "loaders without training")
+    results = []
+    for workload, repeat, name in plan:
+        t0 = time.perf_counter()
+        r = measure_loader(infos[workload], shapes[workload]["batch_size"], device, fields_of[name], LOADER_WARMUP,
+                           batches)
+        results.append({"workload": workload, "loader_config": name, "repeat": repeat, "kwargs": fields_of[name], **r})
+        what = (f"{r['batches_per_s']:.1f} batches/s, {r['gb_per_s']:.3f} GB/s ({r['path']})"
+                if r["status"] == "ok" else f"FAILED: {r['error']}")
+        progress.line(f"{workload} r{repeat}/{repeats} {name}", what, time.perf_counter() - t0)
+    rows = {w: [_loader_row(name, [r for r in results if r["workload"] == w and r["loader_config"] == name],
+                            shapes[w]["batch_size"], h2d) for name, _ in LOADER_CONFIGS] for w in shapes}
+    return {"h2d": h2d, "batch_copy_us": copies, "rows": rows, "measurements": results}
+
+
+def _loader_row(name, mine, batch_size, h2d):
+    ok = [r for r in mine if r["status"] == "ok"]
+    if not ok:
+        return {"loader_config": name, "status": "failed: " + mine[0]["error"]}
+    bps = statistics.median(r["batches_per_s"] for r in ok)
+    gbs = statistics.median(r["gb_per_s"] for r in ok)
+    resident = str(ok[0]["path"]).startswith("resident")   # sliced in device memory: no copy to compare with
+    return {"loader_config": name, "status": "ok", "path": ok[0]["path"], "loader": ok[0]["loader"],
+            "batches_per_s": bps, "ms_per_batch": 1000.0 / bps, "datasets_per_s": bps * batch_size, "gb_per_s": gbs,
+            "share_of_pinned_h2d": gbs / h2d["pinned"]["gb_per_s"] if h2d and not resident else None,
+            "setup_s": statistics.median(r["setup_s"] for r in ok), "repeats": len(ok), "notes": ok[0]["notes"]}
+
+
+def loaders_lines(data, shapes, dump_names, h2d_mib):
+    """Markdown body of loaders.md: the host-to-device reference, then one table per workload."""
+    h2d, lines = data["h2d"], ["## Host-to-device reference (same process, CUDA events)", ""]
+    if h2d:
+        lines += [f"- {kind}: {h2d[kind]['gb_per_s']:.1f} GB/s ({h2d_mib} MiB buffer, .to(device, "
+                  f"non_blocking=True), median of {h2d[kind]['repeats']})" for kind in ("pinned", "pageable")]
+        lines += [f"- one {w} batch (x and y): {c['pinned']:.1f} µs pinned, {c['pageable']:.1f} µs pageable "
+                  "(median of 50)" for w, c in data["batch_copy_us"].items()]
+    else:
+        lines.append("- n/a: the bandwidth comparison needs CUDA; the GB/s below are bytes delivered into host "
+                     "tensors")
+    for workload, wrows in data["rows"].items():
+        s = shapes[workload]
+        lines += ["", f"## {workload} workload", "", f"batch {s['batch_size']} x {s['rows']} rows x "
+                  f"{s['features']} features; dump `{dump_names[workload]}`", "",
+                  "| loader | data path | batches/s | ms/batch | datasets/s | GB/s delivered | % of pinned H2D |"
+                  " set-up s (untimed) |", "|---|---|---|---|---|---|---|---|"]
+        notes = []
+        for row in wrows:
+            if row["status"] != "ok":
+                notes.append(f"- `{row['loader_config']}`: {row['status']}")
+                continue
+            share = (f"{100 * row['share_of_pinned_h2d']:.1f}%" if row["share_of_pinned_h2d"] is not None
+                     else "n/a (no copy)" if str(row["path"]).startswith("resident") and h2d else "n/a")
+            lines.append(f"| {row['loader_config']} | {md_cell(row['path'])} | {row['batches_per_s']:.1f} | "
+                         f"{row['ms_per_batch']:.3f} | {row['datasets_per_s']:.0f} | {row['gb_per_s']:.3f} | "
+                         f"{share} | {row['setup_s']:.2f} |")
+            notes += [f"- `{row['loader_config']}`: {n}" for n in row["notes"]]
+        lines += [""] + notes if notes else []
+    return lines + [""]
+
+
+# ---------------------------------------------------------------------------------------------
+# The datapoint attention alone.
+
+def attention_kernels(device):
+    """[(kernel, "all" | "median")] of ATTENTION_KERNELS that run on `device`."""
+    return [(name, splits) for name, devices, splits in ATTENTION_KERNELS if device.type in devices]
+
+
+def attention_flop(N, H, R, S, D, head_dim=None):
+    """Forward + backward FLOP of one layer: 4·N·H·R·S·D forward, BACKWARD_FLOP_FACTOR x that backward."""
+    return 4 * N * H * R * S * (head_dim or D) * (1 + BACKWARD_FLOP_FACTOR)
+
+
+def attention_floors_ms(N, H, R, S, D):
+    """Hopper floors of one layer's forward + backward: {"sfu_ms": the exponentials (forward + the
+    backward's recomputation, 2·N·H·R·S) at SFU_EXP_PER_S, "tensor_core_ms": the FLOP with the head padded
+    to TENSOR_CORE_HEAD_DIM at TENSOR_CORE_FLOPS}."""
+    padded = max(D, TENSOR_CORE_HEAD_DIM)
+    return {"sfu_ms": 2 * N * H * R * S / SFU_EXP_PER_S * 1e3,
+            "tensor_core_ms": attention_flop(N, H, R, S, D, padded) / TENSOR_CORE_FLOPS * 1e3}
+
+
+def attention_call(kernel, qkv, grad, split, fn, block_mask):
+    """One forward + backward of model.datapoint_attention on q/k/v views of the in-projection's (N, R, 3, H, D)
+    buffer: every row queries the first `split` rows (sliced keys), or all R keys under `block_mask` (flex)."""
+    q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view
+    keys = slice(None) if block_mask is not None else slice(0, split)
+    k, v = qkv[:, keys, 1].transpose(1, 2), qkv[:, keys, 2].transpose(1, 2)     # (N, H, S, D)
+    fn(q, k, v, kernel, block_mask=block_mask).backward(grad)
+
+
+def time_attention(kernel, qkv, grad, split, device, repeats):
+    """{"first_ms" (host clock, includes per-shape planning or compiling), "times_ms"} of `repeats` calls
+    after 2 warm-ups (CUDA events, host clock on CPU)."""
+    fn, block_mask = datapoint_attention, None
+    if kernel == "flex":
+        fn = torch.compile(datapoint_attention, dynamic=False)
+        block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
+    _sync(device)
+    t0 = time.perf_counter()
+    attention_call(kernel, qkv, grad, split, fn, block_mask)
+    _sync(device)   # why: the first call's cost includes its GPU work
+    first = (time.perf_counter() - t0) * 1e3
+    for _ in range(2):
+        attention_call(kernel, qkv, grad, split, fn, block_mask)
+    times = [timed_ms(device, lambda: attention_call(kernel, qkv, grad, split, fn, block_mask))[0]
+             for _ in range(repeats)]
+    qkv.grad = None
+    return {"first_ms": first, "times_ms": times}
+
+
+def run_attention(shapes, device, repeats):
+    """Every kernel of attention_kernels(device) at each workload's shape and split quantiles.
+
+    Returns {workload: {"N", "H", "R", "D", "layers", "dtype", "rows": [...]}}; a row per (kernel, split)
+    with status, median / min / max ms (one layer), per_step_ms (all layers), tflops, floors and shares.
+    """
+    cfg = ModelConfig()
+    H, D, layers = cfg.num_attention_heads, cfg.embedding_size // cfg.num_attention_heads, cfg.num_layers
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32   # bf16 is what the fast paths train in
+    kernels = attention_kernels(device)
+    plan = [(w, q, k) for w in shapes for q in ATTENTION_SPLIT_QUANTILES for k, splits in kernels
+            if splits == "all" or q == 0.5]
+    progress = Progress(len(plan), "datapoint attention alone")
+    results = {}
+    for workload, shape in shapes.items():
+        R, N = shape["rows"], shape["batch_size"] * (shape["features"] + 1)
+        qkv = torch.randn(N, R, 3, H, D, device=device, dtype=dtype, requires_grad=True)
+        grad = torch.randn(N, H, R, D, device=device, dtype=dtype)
+        rows = []
+        for w, quantile, kernel in plan:
+            if w != workload:
+                continue
+            split, t0 = max(1, min(R, int(R * quantile))), time.perf_counter()
+            rows.append(_attention_row(kernel, qkv, grad, split, device, repeats, layers))
+            row = rows[-1]
+            progress.line(f"{workload} {kernel} split {split}", f"{row['median_ms']:.3f} ms (fwd+bwd, one layer), "
+                          f"first call {row['first_ms']:.1f} ms" if row["status"] == "ok" else row["status"],
+                          time.perf_counter() - t0)
+        del qkv, grad
+        results[workload] = {"N": N, "H": H, "R": R, "D": D, "layers": layers, "dtype": str(dtype), "rows": rows}
+    return results
+
+
+def _attention_row(kernel, qkv, grad, split, device, repeats, layers):
+    N, R, _, H, D = qkv.shape
+    try:
+        t = time_attention(kernel, qkv, grad, split, device, repeats)
+    except Exception as e:   # a kernel this GPU / dtype / head size cannot run: one row says why
+        return {"kernel": kernel, "split": split, "status": f"n/a: {one_line(e)[:140]}"}
+    median = statistics.median(t["times_ms"])
+    floors = attention_floors_ms(N, H, R, split, D)
+    on_gpu = device.type == "cuda"   # the floors are Hopper's: a share of them means nothing on a CPU
+    return {"kernel": kernel, "split": split, "status": "ok", **t, "median_ms": median, "min_ms": min(t["times_ms"]),
+            "max_ms": max(t["times_ms"]), "per_step_ms": median * layers,
+            "tflops": attention_flop(N, H, R, split, D) / (median / 1e3) / 1e12, **floors,
+            "sfu_share": floors["sfu_ms"] / median if on_gpu else None,
+            "tensor_core_share": floors["tensor_core_ms"] / median if on_gpu else None}
+
+
+def attention_lines(results, targets):
+    """Markdown body of attention.md: one table per workload and the fastest kernel at the median split.
+    targets: {workload: step target in ms or None}."""
+    def share(x):
+        return f"{100 * x:.0f}%" if x is not None else "n/a"
+
+    lines = []
+    for workload, r in results.items():
+        lines += [f"## {workload} workload", "",
+                  f"N = B x C = {r['N']} sequences, H = {r['H']} heads of D = {r['D']}, R = {r['R']} rows", "",
+                  "| kernel | split S | fwd+bwd, one layer (ms) | range | per step, all layers (ms) | TFLOP/s |"
+                  " SFU floor (ms, share) | tensor-core floor (ms, share) | first call (ms) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            if row["status"] != "ok":
+                lines.append(f"| {row['kernel']} | {row['split']} | {row['status']} | | | | | | |")
+                continue
+            lines.append(f"| {row['kernel']} | {row['split']} | {row['median_ms']:.3f} | {row['min_ms']:.3f}–"
+                         f"{row['max_ms']:.3f} | {row['per_step_ms']:.2f} | {row['tflops']:.3g} | "
+                         f"{row['sfu_ms']:.3f} ({share(row['sfu_share'])}) | {row['tensor_core_ms']:.3f} "
+                         f"({share(row['tensor_core_share'])}) | {row['first_ms']:.1f} |")
+        median_split = max(1, min(r["R"], int(r["R"] * 0.5)))
+        ok = [row for row in r["rows"] if row["status"] == "ok" and row["split"] == median_split]
+        if ok:
+            best = min(ok, key=lambda row: row["per_step_ms"])
+            line = (f"- fastest at the median split: `{best['kernel']}`, {best['per_step_ms']:.2f} ms per step for "
+                    "the datapoint attention alone")
+            if targets.get(workload):
+                line += f", {100 * best['per_step_ms'] / targets[workload]:.0f}% of the {targets[workload]:g} ms " \
+                        "step target"
+            lines += ["", line]
+        lines.append("")
+    return lines
+
+
+def attention_method_lines(dtype, repeats, cuda, layers):
+    """The method bullets of attention.md's header."""
+    return [
+        f"- method: one layer's model.datapoint_attention, forward + backward, on q/k/v views of one "
+        f"(N, R, 3, H, D) {dtype.replace('torch.', '')} buffer as the model's in-projection writes them; every "
+        "row queries the first S rows (sliced keys), except flex: all R keys under the block mask of the padded "
+        f"--cuda-graphs step; median of {repeats} calls after 2 warm-ups, timed with "
+        f"{'CUDA events' if cuda else 'the host clock'}",
+        "- first call: host clock, includes per-shape work (cuDNN plans every new split length; flex compiles); "
+        f"TFLOP/s counts 4·N·H·R·S·D forward and {BACKWARD_FLOP_FACTOR:g}x that backward",
+        f"- floors (H100/H200): SFU = 2·N·H·R·S exponentials (forward + backward recomputation) at "
+        f"{SFU_EXP_PER_S / 1e12:.2f}e12/s; tensor core = the FLOP with D padded to {TENSOR_CORE_HEAD_DIM} at "
+        f"{TENSOR_CORE_FLOPS / 1e12:.0f} TFLOP/s bf16 dense; share = floor / measured (100% = at the floor)",
+        f"- per step: {layers} layers x the one-layer median; splits at the prior's 10/50/90th percentiles of "
+        "int(R x U(0.1, 0.9))"]

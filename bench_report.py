@@ -1,0 +1,672 @@
+"""Results from run records: per-run summaries, aggregation over repeats, markdown tables, verdicts, plots.
+
+Pure functions of the JSON records that train_optimized.py writes with --record (profile_utils.make_run_record
+layout), so every table cell traces back to the runs behind it. matplotlib is imported inside the plots only.
+"""
+import datetime
+import os
+import platform
+import re
+import statistics
+
+import numpy as np
+
+from profile_utils import TABLE_TITLES, format_ms, git_commit, md_cell, percentiles
+from safe_io import atomic_output, write_json_atomic, write_text_atomic
+
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+# Speed targets for the best configuration of each full-size workload (printed as met / missed).
+TARGETS = {
+    "blog": {"step_ms": 15.0, "peak_gib": 3.0, "data_share": 0.01}, "upstream": {"step_ms": 2.0, "data_share": 0.01}}
+
+
+# ---------------------------------------------------------------------------------------------
+# One record -> one summary; repeats -> one row.
+
+def extra_of(record):
+    extra = record.get("extra")
+    return extra if isinstance(extra, dict) else {}
+
+
+def _field(record, key):
+    """A run-record field from "extra" (make_run_record's layout) or from the top level."""
+    value = extra_of(record).get(key)
+    return record.get(key) if value is None else value
+
+
+def step_times_ms(record):
+    """Per-step times (ms) of the timed steps when the record carries them, else None."""
+    timing = record.get("timing") or {}
+    for source in (timing, timing.get("step") or {}, extra_of(record)):
+        for key in ("step_times_ms", "values"):
+            values = source.get(key)
+            if isinstance(values, list) and values:
+                return [float(v) for v in values]
+    return None
+
+
+def summarize_record(record):
+    """The fields of one run record the tables use: step_ms (the run's median), step_p10 / step_p90,
+    step_times, phases {name: median ms}, data_share, peak_memory_bytes, data_path, attention_kernel,
+    final_loss, diagnosis, world_size, global_batch, measured_steps. KeyError without step timing."""
+    timing = record["timing"]
+    step = timing["step"]
+    if step.get("median") is None:
+        raise KeyError("run record has no measured steps (all warm-up?)")
+    phases = {name: float(stats["median"]) for name, stats in (timing.get("phases") or {}).items()
+              if isinstance(stats, dict) and stats.get("median") is not None}
+    loader = _field(record, "loader") or {}
+    loss = _field(record, "final_loss")
+    world = int(_field(record, "world_size") or 1)
+    batch = ((record.get("config") or {}).get("train") or {}).get("batch_size")
+    global_batch = _field(record, "global_batch") or (batch * world if batch else None)
+    return {
+        "step_ms": float(step["median"]), "step_p10": float(step["median"] if step.get("p10") is None else step["p10"]),
+        "step_p90": float(step["median"] if step.get("p90") is None else step["p90"]),
+        "step_times": step_times_ms(record), "phases": phases, "data_share": float(timing.get("data_share") or 0.0),
+        "peak_memory_bytes": int(_field(record, "peak_memory_bytes") or 0),
+        "data_path": _field(record, "data_path") or (loader.get("path") if isinstance(loader, dict) else None),
+        "attention_kernel": _field(record, "attention_kernel") or _field(record, "sdpa_backend"),
+        "final_loss": float(loss) if isinstance(loss, (int, float)) else None,
+        "diagnosis": _field(record, "diagnosis") or "", "world_size": world,
+        "global_batch": int(global_batch) if global_batch else None,
+        "measured_steps": int(timing.get("measured_steps") or step.get("n") or 0)}
+
+
+def verdict(diagnosis):
+    """The verdict of a profile_utils.diagnose() line ("input-bound", "GPU-bound", ...)."""
+    return diagnosis.split(":", 1)[0] if diagnosis else ""
+
+
+def aggregate(summaries):
+    """Combines the per-repeat summaries of one (workload, config).
+
+    Returns: median_ms (median of the runs' medians), min_ms / max_ms, p10_ms / p90_ms (of every step of
+    every repeat pooled when the records carry per-step times, else the lowest p10 and highest p90),
+    spread (which of the two), repeat_ms (in run order), phases (median per phase), data_share (median),
+    peak_memory_bytes (max), final_loss (median), data_path / attention_kernel / verdicts (distinct values),
+    diagnosis (of the median repeat), world_size, global_batch, repeats.
+    """
+    medians = [s["step_ms"] for s in summaries]
+    if all(s["step_times"] for s in summaries):
+        pooled = percentiles([t for s in summaries for t in s["step_times"]])
+        p10, p90, spread = pooled["p10"], pooled["p90"], "pooled steps"
+    else:
+        p10, p90 = min(s["step_p10"] for s in summaries), max(s["step_p90"] for s in summaries)
+        spread = "lowest p10 - highest p90 of the repeats"
+    names = [n for n in PHASES if any(n in s["phases"] for s in summaries)]
+    names += sorted({n for s in summaries for n in s["phases"]} - set(names))
+    losses = [s["final_loss"] for s in summaries if s["final_loss"] is not None]
+
+    def distinct(key):
+        return " / ".join(str(v) for v in dict.fromkeys(s[key] for s in summaries if s[key]))
+
+    return {
+        "median_ms": statistics.median(medians), "min_ms": min(medians), "max_ms": max(medians),
+        "p10_ms": p10, "p90_ms": p90, "spread": spread, "repeat_ms": medians,
+        "phases": {n: statistics.median(s["phases"].get(n, 0.0) for s in summaries) for n in names},
+        "data_share": statistics.median(s["data_share"] for s in summaries),
+        "peak_memory_bytes": max(s["peak_memory_bytes"] for s in summaries),
+        "final_loss": statistics.median(losses) if losses else None,
+        "data_path": distinct("data_path"), "attention_kernel": distinct("attention_kernel"),
+        "verdicts": " / ".join(dict.fromkeys(verdict(s["diagnosis"]) for s in summaries if s["diagnosis"])),
+        # The repeat at the median (the lower one of an even count) speaks for the row.
+        "diagnosis": sorted(summaries, key=lambda s: s["step_ms"])[(len(summaries) - 1) // 2]["diagnosis"],
+        "world_size": max(s["world_size"] for s in summaries),
+        "global_batch": max((s["global_batch"] or 0) for s in summaries) or None,
+        "repeats": len(summaries),
+    }
+
+
+def add_speedups(rows, baseline="baseline"):
+    """Sets row["speedup"] = baseline median / row median (None without a baseline row) in place."""
+    base = next((r for r in rows if r["config"] == baseline and r.get("median_ms")), None)
+    for row in rows:
+        row["speedup"] = (base["median_ms"] / row["median_ms"]) if base and row.get("median_ms") else None
+    return rows
+
+
+def best_row(rows):
+    """The measured row with the lowest median step time, or None."""
+    measured = [r for r in rows if r.get("median_ms")]
+    return min(measured, key=lambda r: r["median_ms"]) if measured else None
+
+
+def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baseline"):
+    """Aggregated rows of one workload in `configs` order, a status for configs without a record, speedups."""
+    rows = []
+    for config in configs:
+        mine = [r for r in runs if r["workload"] == workload and r["config"] == config]
+        ok = [r["summary"] for r in mine if r["status"] == "ok"]
+        row = {"config": config, "flags": list(flags_of.get(config, [])), "group": (group_of or {}).get(config, "")}
+        problems = [r for r in mine if r["status"] in ("failed", "pending")]
+        if ok:
+            row.update(aggregate(ok))
+            row["status"] = "ok" if not problems else \
+                f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}"
+        else:
+            errors = [r["error"] for r in mine if r["error"]]
+            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(mine[0]["status"] if mine else "",
+                                                                              "failed: ")
+            row["status"] = kind + (errors[0] if errors else "no run")
+        rows.append(row)
+    return add_speedups(rows, baseline)
+
+
+def check_targets(workload, row):
+    """TARGETS of `workload` against a row: list of (what, target, measured, met)."""
+    targets = TARGETS.get(workload, {})
+    out = []
+    if "step_ms" in targets:
+        out.append(("ms/step", f"<= {targets['step_ms']:g} ms", f"{row['median_ms']:.2f} ms",
+                    row["median_ms"] <= targets["step_ms"]))
+    if "peak_gib" in targets:
+        peak = row["peak_memory_bytes"] / 2**30
+        out.append(("peak memory", f"<= {targets['peak_gib']:g} GiB",
+                    f"{peak:.2f} GiB" if row["peak_memory_bytes"] else "n/a (no CUDA)",
+                    bool(row["peak_memory_bytes"]) and peak <= targets["peak_gib"]))
+    if "data_share" in targets:
+        out.append(("data wait", f"<= {100 * targets['data_share']:g}% of step",
+                    f"{100 * row['data_share']:.2f}%", row["data_share"] <= targets["data_share"]))
+    return out
+
+
+def targets_lines(all_rows, quick):
+    """The "Targets" section: TARGETS for each workload's best configuration."""
+    lines = ["## Targets (best configuration of each workload)", ""]
+    if quick:
+        return lines + ["- n/a: --quick shapes; the targets apply to the full blog and upstream workloads", ""]
+    for workload, rows in all_rows.items():
+        best = best_row(rows)
+        if workload not in TARGETS:
+            continue
+        if best is None:
+            lines.append(f"- {workload}: no successful run")
+            continue
+        for what, target, measured, met in check_targets(workload, best):
+            lines.append(f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, "
+                         f"`{best['config']}`)")
+    return lines + [""]
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown.
+
+def fmt_bytes(n):
+    return f"{n / 2**30:.2f} GiB" if n else "n/a (CPU)"
+
+
+def spread_cell(median, p10, p90):
+    return f"{format_ms(median)} [{format_ms(p10)}–{format_ms(p90)}]"
+
+
+ABLATION_COLUMNS = ("config", "flags", "ms/step median [p10–p90]", "repeat medians min–max",
+                    "speedup vs baseline", "datasets/s", "data wait", "peak memory", "data path",
+                    "attention kernel", "final loss", "diagnosis")
+
+
+def ablation_table(rows, batch_size):
+    """Markdown lines of one workload's rows (rows_for()); configs that did not run become notes, and
+    each config's full diagnosis line follows the table. batch_size: datasets per step and rank."""
+    lines = ["| " + " | ".join(ABLATION_COLUMNS) + " |", "|" + "---|" * len(ABLATION_COLUMNS)]
+    notes, diagnoses = [], []
+    for row in rows:
+        flags = " ".join(row["flags"]) or "(none)"
+        if not row.get("median_ms"):
+            notes.append(f"- `{row['config']}` (`{flags}`): {row['status']}")
+            continue
+        speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "—"
+        per_s = (row["global_batch"] or row["world_size"] * batch_size) * 1000.0 / row["median_ms"]
+        loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "—"
+        lines.append(
+            f"| {row['config']} | `{flags}` | {spread_cell(row['median_ms'], row['p10_ms'], row['p90_ms'])} | "
+            f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])} | {speed} | {per_s:.1f} | "
+            f"{row['phases'].get('data', 0.0):.2f} ms ({100 * row['data_share']:.1f}%) | "
+            f"{fmt_bytes(row['peak_memory_bytes'])} | {md_cell(row['data_path'])} | "
+            f"{md_cell(row['attention_kernel'])} | "
+            f"{loss} | {md_cell(row['verdicts'])} |")
+        if row["status"] != "ok":
+            notes.append(f"- `{row['config']}`: {row['status']}")
+        diagnoses.append(f"- `{row['config']}`: {row['diagnosis']}")
+    return lines + ([""] + notes if notes else []) + (["", "Diagnoses (profile_utils.diagnose, the median repeat "
+                                                           "of each config):"] + diagnoses if diagnoses else [])
+
+
+def gpu_label(gpus):
+    return f"{gpus} GPU" + ("s" if gpus > 1 else "")
+
+
+def scaling_rows(runs, workload, gpus, batch_size):
+    """Rows of one workload's scaling table (runs labelled gpu_label(N)): gpus, status, world_size,
+    step_ms {median, p10, p90}, min_ms / max_ms, datasets_per_s (global batch / median step),
+    efficiency (datasets/s over N/N0 times that at the fewest count N0), data_share, peak_memory_bytes,
+    repeat_ms; a count without a record has only gpus and status."""
+    rows, base = [], None
+    for g in gpus:
+        mine = [r for r in runs if r["workload"] == workload and r["config"] == gpu_label(g)]
+        ok = [r["summary"] for r in mine if r["status"] == "ok"]
+        if not ok:
+            rows.append({"gpus": g, "status": "failed: " + (mine[0]["error"] if mine else "no run")})
+            continue
+        agg = aggregate(ok)
+        world = agg["world_size"]
+        per_s = (agg["global_batch"] or world * batch_size) * 1000.0 / agg["median_ms"]
+        base = base or (g, per_s)
+        rows.append({
+            "gpus": g, "status": "ok" if world == g else f"record says world size {world}, expected {g}",
+            "config": workload, "world_size": world,
+            "step_ms": {"median": agg["median_ms"], "p10": agg["p10_ms"], "p90": agg["p90_ms"]},
+            "min_ms": agg["min_ms"], "max_ms": agg["max_ms"], "datasets_per_s": per_s,
+            "efficiency": per_s / (base[1] * g / base[0]), "data_share": agg["data_share"],
+            "peak_memory_bytes": agg["peak_memory_bytes"], "repeat_ms": agg["repeat_ms"]})
+    return rows
+
+
+def scaling_table(wrows, unit):
+    """Markdown lines of one workload's scaling rows; counts without a record become notes."""
+    lines = [f"| {unit} | ms/step median [p10–p90] | repeat medians min–max | datasets/s | scaling efficiency |"
+             " data wait | peak memory (rank 0) |", "|---|---|---|---|---|---|---|"]
+    notes = []
+    for row in wrows:
+        if "step_ms" in row:
+            s = row["step_ms"]
+            lines.append(f"| {row['gpus']} | {spread_cell(s['median'], s['p10'], s['p90'])} | "
+                         f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])} | {row['datasets_per_s']:.1f} | "
+                         f"{100 * row['efficiency']:.0f}% | {100 * row['data_share']:.1f}% | "
+                         f"{fmt_bytes(row['peak_memory_bytes'])} |")
+        if row["status"] != "ok":
+            notes.append(f"- {row['gpus']} {unit}: {row['status']}")
+    return lines + ([""] + notes if notes else [])
+
+
+def quality_lines(runs, ttq):
+    """One workload's quality table (per run, then the mean ROC AUC per configuration) and its time to quality."""
+    lines = ["| configuration | seed | final loss (mean of last 50 steps) | ROC AUC | accuracy | balanced accuracy |",
+             "|---|---|---|---|---|---|"]
+    evals = {}
+    for x in (x for x in runs if x["status"] == "ok"):
+        ex = extra_of(x["record"])
+        tail = ex["losses"][-50:]
+        lines.append(f"| {x['name']} | {x['seed']} | {sum(tail) / len(tail):.4f} | {ex['eval']['roc_auc']:.4f} | "
+                     f"{ex['eval']['acc']:.4f} | {ex['eval']['balanced_acc']:.4f} |")
+        evals.setdefault(x["name"], []).append(ex["eval"]["roc_auc"])
+        evals.setdefault("random forest", []).append(ex["random_forest"]["roc_auc"])
+    lines += [f"| **{name}**: mean over seeds | | | {statistics.mean(aucs):.4f} (min {min(aucs):.4f}, max "
+              f"{max(aucs):.4f}) | | |" for name, aucs in evals.items()]
+    if ttq:
+        reach = ttq["first_reach"]
+        lines += ["", f"Time to quality (`{' '.join(ttq['flags'])} --time-budget {ttq['budget_s']:.0f} --eval-every "
+                  f"{ttq['eval_every']}`, seed 0): {ttq['steps_done']} steps in {ttq['train_seconds']:.1f} s of "
+                  f"training; final ROC AUC {ttq['final']['roc_auc']:.4f} vs the Random Forest's "
+                  f"{ttq['random_forest']['roc_auc']:.4f}; first evaluation at or above it: "
+                  + (f"step {reach[0]}, {reach[1]:.1f} s." if reach else "none within the budget."), "",
+                  "| step | training seconds | ROC AUC |", "|---|---|---|"]
+        lines += [f"| {st} | {sec:.1f} | {auc:.4f} |" for st, sec, auc in ttq["history"]]
+    return lines + [""]
+
+
+def print_summary(all_rows, quick, incomplete):
+    for workload, rows in all_rows.items():
+        print(f"{workload}: ms/step median, speedup, data wait, peak memory")
+        for row in rows:
+            if not row.get("median_ms"):
+                print(f"  {row['config']:<30s} {row['status']}")
+                continue
+            speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "—"
+            print(f"  {row['config']:<30s} {format_ms(row['median_ms']):>9s}  {speed:>6s}  "
+                  f"data {100 * row['data_share']:5.1f}%  {fmt_bytes(row['peak_memory_bytes'])}")
+    for line in targets_lines(all_rows, quick)[2:]:
+        if line:
+            print("targets: " + line[2:])
+    for line in incomplete:
+        print(line[2:])
+
+
+# ---------------------------------------------------------------------------------------------
+# --profile: the four TrainingProfiler tables of the baseline against the best configuration.
+
+def split_profile_tables(markdown):
+    """{kind: section} of TrainingProfiler.tables_markdown() (four "### title" sections)."""
+    out = {}
+    for section in re.split(r"(?m)^(?=### )", markdown or ""):
+        section = section.strip()
+        kind = next((k for k, title in TABLE_TITLES if section[4:].startswith(title)), None)
+        if section.startswith("### ") and kind and kind not in out:
+            out[kind] = section
+    return out
+
+
+def markdown_rows(section):
+    """The first markdown table of a section as a list of {header: cell} dicts."""
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    if len(lines) < 2:
+        return []
+
+    def cells(line):
+        return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+    headers = cells(lines[0])
+    return [dict(zip(headers, cells(line))) for line in lines[2:]]
+
+
+def _find(pattern, text):
+    match = re.search(pattern, text or "")
+    return match.group(1) if match else None
+
+
+def _cell_of(section, name_col, name, value_col):
+    row = next((r for r in markdown_rows(section or "") if r.get(name_col) == name), None)
+    value = row.get(value_col) if row else None
+    return value if value not in (None, "", "—") else None
+
+
+def compare_profile_table(kind, base, best):
+    """One line comparing a table's figures, baseline -> best; empty when neither has them."""
+    pairs = []
+    if kind == "cpu":
+        pairs.append(("self CPU time per profiled step", _find(r"\((\S+ \S+) per step\)", base),
+                      _find(r"\((\S+ \S+) per step\)", best)))
+    elif kind == "cuda":
+        pairs.append(("GPU time per profiled step", _find(r"\((\S+ \S+) per step;", base),
+                      _find(r"\((\S+ \S+) per step;", best)))
+        pairs.append(("GPU busy", _find(r"GPU busy (\S+) of", base), _find(r"GPU busy (\S+) of", best)))
+    elif kind == "transfers":
+        for op, col in (("cudaMemcpyAsync", "CPU per step"), ("cudaMemcpyAsync", "GPU per step"),
+                        ("cudaStreamSynchronize", "CPU per step"), ("aten::item", "CPU per step"),
+                        ("aten::copy_", "CPU per step")):
+            pairs.append((f"{op} {col.replace(' per step', ' time per step')}", _cell_of(base, "Name", op, col),
+                          _cell_of(best, "Name", op, col)))
+    elif kind == "memory":
+        pairs.append(("peak allocated", _cell_of(base, "Metric", "Peak allocated", "Value"),
+                      _cell_of(best, "Metric", "Peak allocated", "Value")))
+    return "; ".join(f"{what}: {a or '—'} (baseline) → {b or '—'} (best)" for what, a, b in pairs if a or b)
+
+
+def profile_lines(base_tables, best_tables, best_name):
+    """The four tables, each with its comparison line, baseline then best (as "#### label: title")."""
+    tb, tt = split_profile_tables(base_tables), split_profile_tables(best_tables)
+    lines = [] if tb or tt else ["no profiler tables in the records (train_optimized.py --profile wrote none)", ""]
+    for i, (kind, title) in enumerate(TABLE_TITLES, 1):
+        lines += [f"### {i}. {title}", ""]
+        comparison = compare_profile_table(kind, tb.get(kind), tt.get(kind))
+        lines += [f"Comparison: {comparison}", ""] if comparison else []
+        for label, section in (("baseline", tb.get(kind)), (f"best ({best_name})", tt.get(kind))):
+            body = section.splitlines() if section else ["### ", "", "(no table)"]
+            lines += [f"#### {label}: {body[0][4:]}".rstrip(": ")] + body[1:] + [""]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Headers, files, progress.
+
+def environment_of(records):
+    """The environment block (GPU name, versions) of the first record that has one."""
+    for record in records:
+        env = record.get("environment") or extra_of(record).get("environment")
+        if isinstance(env, dict) and env:
+            return env
+    return {}
+
+
+def device_name(env):
+    """The accelerator the records ran on ("NVIDIA H200"), or "cpu"."""
+    name = env.get("gpu_name")
+    return str(name) if name and not str(env.get("device") or "").startswith("cpu") else "cpu"
+
+
+def now_iso():
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def header_lines(title, command, env, extra=()):
+    """The header of every results file: command, date, commit, device and versions."""
+    versions = ", ".join(f"{label} {env.get(key) if env.get(key) is not None else 'n/a'}"
+                         for label, key in (("torch", "torch"), ("CUDA", "cuda"), ("cuDNN", "cudnn"),
+                                            ("kvikio", "kvikio"), ("driver", "driver"), ("python", "python")))
+    gpus = f" x{env['gpu_count']}" if (env.get("gpu_count") or 0) > 1 else ""
+    return [f"# {title}", "", f"- command: `{command}`", f"- date: {now_iso()}", f"- git commit: {git_commit()}",
+            f"- device: {device_name(env)}{gpus} (host {env.get('hostname', platform.node())})",
+            f"- versions: {versions}", *extra, ""]
+
+
+def write_outputs(out_dir, name, command, env, data, lines, more=()):
+    """Writes <name>.json (command, date, commit, device, environment, then `data`) and <name>.md
+    atomically; prints one "wrote ..." line. Returns the two paths."""
+    md_path, json_path = os.path.join(out_dir, f"{name}.md"), os.path.join(out_dir, f"{name}.json")
+    write_json_atomic(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(),
+                                  "device": device_name(env), "environment": env, **data})
+    write_text_atomic(md_path, "\n".join(lines), "results table")
+    print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path, *more]))
+    return md_path, json_path
+
+
+def format_duration(seconds):
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """Numbered progress lines with an ETA from the runs finished so far (`[3/12] label: text, ETA 4:10`).
+
+    Args:
+        total: runs planned. what: what will run, for the first line.
+        per_run_s: seconds a run should take, announced before any has finished (None: unknown).
+        basis: where per_run_s comes from ("a guess", "the earlier runs"). to_run: runs that will take time.
+    """
+
+    def __init__(self, total, what, per_run_s=None, basis="a guess", to_run=None):
+        self.total, self.done, self.seconds = total, 0, []
+        to_run = total if to_run is None else to_run   # runs that will take time (not reused ones)
+        estimate = (f"roughly {format_duration(to_run * per_run_s)} ({format_duration(per_run_s)} a run, {basis})"
+                    if per_run_s else "duration unknown until the first run ends")
+        reused = f" ({total - to_run} reused)" if to_run != total else ""
+        print(f"{what}: {total} run{'s' * (total != 1)}{reused}, {estimate}; each line ends with an ETA", flush=True)
+
+    def line(self, label, text, seconds=None):
+        """Prints `[i/total] label: text, ETA m:ss`; `seconds` (the run's wall time) feeds the ETA."""
+        self.done += 1
+        if seconds:
+            self.seconds.append(seconds)
+        left = self.total - self.done
+        eta = ("done" if not left else f"ETA {format_duration(left * statistics.mean(self.seconds))}"
+               if self.seconds else "ETA unknown")
+        print(f"[{self.done}/{self.total}] {label}: {text}, {eta}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots (matplotlib Agg, imported lazily; PNGs written atomically).
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg", force=True)   # headless: no display on CI or the GPU host
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save_png(fig, path):
+    try:
+        with atomic_output(path, "plot") as tmp:
+            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    finally:
+        _pyplot().close(fig)
+    return os.fspath(path)
+
+
+def save_plot(plot_fn, rows, path, title, **kwargs):
+    """Calls a plot function; None with a one-line note when it fails (the tables are already measured)."""
+    try:
+        return plot_fn(rows, path, title=title, **kwargs)
+    except Exception as e:
+        print(f"note: plot {os.path.basename(path)} not written ({type(e).__name__}: {e})")
+        return None
+
+
+def plot_ablation(out_dir, name, all_rows):
+    """Stacked phase bars and speedup bars per workload."""
+    written = []
+    for workload, rows in all_rows.items():
+        bars = [{"config": r["config"], "phases": r["phases"],
+                 "step_ms": {"median": r["median_ms"], "p10": r["p10_ms"], "p90": r["p90_ms"]}}
+                for r in rows if r.get("median_ms")]
+        if not bars:
+            continue
+        written.append(save_plot(plot_phase_bars, bars, os.path.join(out_dir, f"{name}-{workload}-phases.png"),
+                                    f"{workload}: median ms/step by phase (tick: step median)"))
+        if any(r["config"] == "baseline" for r in bars):
+            written.append(save_plot(plot_speedup, bars, os.path.join(out_dir, f"{name}-{workload}-speedup.png"),
+                                        f"{workload}: speedup vs baseline (ratio of medians)", baseline="baseline"))
+    return [p for p in written if p]
+
+
+def _step_median(row):
+    s = row.get("step_ms")
+    return s.get("median") if isinstance(s, dict) else s
+
+
+def _bar_axes(plt, rows):
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
+    x = np.arange(len(rows))
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(r.get("config", i)) for i, r in enumerate(rows)], rotation=30, ha="right")
+    ax.grid(axis="y", alpha=0.3)
+    return fig, ax, x
+
+
+def plot_phase_bars(rows, path, title="Step time by phase"):
+    """Stacked bars of each phase's median per configuration; a black tick at the step median.
+
+    rows: [{"config", "phases": {phase: median ms}, "step_ms": {"median", ...} (optional)}]. Returns path.
+    """
+    if not rows:
+        raise ValueError("plot_phase_bars: no rows")
+    plt = _pyplot()
+    names = [p for p in PHASES if any(p in r.get("phases", {}) for r in rows)]
+    names += sorted({p for r in rows for p in r.get("phases", {})} - set(names))
+    colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange",
+              "optimizer": "tab:green", "other": "tab:gray"}
+    fig, ax, x = _bar_axes(plt, rows)
+    bottom = np.zeros(len(rows))
+    for name in names:
+        vals = np.array([float(r.get("phases", {}).get(name) or 0.0) for r in rows])
+        ax.bar(x, vals, 0.6, bottom=bottom, label=name, color=colors.get(name))
+        bottom += vals
+    steps = [_step_median(r) for r in rows]
+    if any(s is not None for s in steps):   # the median of step sums is not the sum of phase medians
+        ax.scatter([xi for xi, s in zip(x, steps) if s is not None], [s for s in steps if s is not None],
+                   marker="_", s=600, color="black", zorder=3, label="step median")
+    ax.set_ylabel("ms per step (median)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save_png(fig, path)
+
+
+def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
+    """Bars of baseline median / row median with the row's p10–p90 as error bars, or rows' given
+    "speedup" (with optional "speedup_p10" / "speedup_p90"). baseline: config name (default the first row)."""
+    if not rows:
+        raise ValueError("plot_speedup: no rows")
+    base = rows[0] if baseline is None else next((r for r in rows if r.get("config") == baseline), None)
+    if base is None:
+        raise ValueError(f"plot_speedup: baseline {baseline!r} not among the rows")
+    base_med = _step_median(base)
+    sp, lo, hi = [], [], []
+    for r in rows:
+        if r.get("speedup") is not None:
+            s = float(r["speedup"])
+            lo_v, hi_v = float(r.get("speedup_p10", s)), float(r.get("speedup_p90", s))
+        else:
+            st = r.get("step_ms") or {}
+            if not base_med or not st.get("median"):
+                raise ValueError(f"plot_speedup: row {r.get('config')!r} has neither 'speedup' "
+                                 "nor step_ms medians (for it and the baseline)")
+            s = base_med / st["median"]
+            lo_v, hi_v = base_med / st.get("p90", st["median"]), base_med / st.get("p10", st["median"])
+        sp.append(s)
+        lo.append(max(s - min(lo_v, hi_v), 0.0))
+        hi.append(max(max(lo_v, hi_v) - s, 0.0))
+    plt = _pyplot()
+    fig, ax, x = _bar_axes(plt, rows)
+    ax.bar(x, sp, 0.6, yerr=[lo, hi], capsize=4, color="tab:blue")
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    for xi, s in zip(x, sp):
+        ax.annotate(f"{s:.2f}x", (xi, s), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+    ax.set_ylabel(f"speedup vs {base.get('config', 'baseline')} (p10–p90)")
+    ax.set_title(title)
+    return _save_png(fig, path)
+
+
+def _smooth(values, frac=0.02):
+    """Centred moving average over ~frac of the curve (at least 1 point); edges shrink."""
+    v = np.asarray(values, dtype=np.float64)
+    w = max(1, int(round(len(v) * frac)))
+    if w <= 1 or len(v) < 3:
+        return v
+    k = np.ones(w)
+    return np.convolve(v, k, mode="same") / np.convolve(np.ones_like(v), k, mode="same")
+
+
+def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=0.02):
+    """Loss curves with a run-to-run band: curves {name: (steps, losses) or [(steps, losses), ...]};
+    repeats are interpolated onto the first repeat's steps; band "minmax" or "std"; smooth: moving-average
+    window as a fraction of the curve (0: none), applied before the band."""
+    if not curves:
+        raise ValueError("plot_loss_curves: no curves")
+    if band not in ("minmax", "std"):
+        raise ValueError(f"band must be 'minmax' or 'std', got {band!r}")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, runs) in enumerate(curves.items()):
+        runs = [runs] if isinstance(runs, tuple) and len(runs) == 2 and np.ndim(runs[0]) == 1 else list(runs)
+        if not runs:
+            continue
+        steps0 = np.asarray(runs[0][0], dtype=np.float64)
+        stack = []
+        for steps, losses in runs:
+            steps, losses = np.asarray(steps, np.float64), np.asarray(losses, np.float64)
+            if len(steps) != len(losses):
+                raise ValueError(f"curve {name!r}: {len(steps)} steps for {len(losses)} losses")
+            stack.append(np.interp(steps0, steps, _smooth(losses, smooth) if smooth else losses))
+        stack = np.vstack(stack)
+        mean = stack.mean(axis=0)
+        ax.plot(steps0, mean, color=f"C{i % 10}", lw=1.5, label=f"{name} ({len(runs)} run{'s' * (len(runs) > 1)})")
+        if len(runs) > 1:
+            sd = stack.std(axis=0, ddof=1)
+            lo, hi = (stack.min(axis=0), stack.max(axis=0)) if band == "minmax" else (mean - sd, mean + sd)
+            ax.fill_between(steps0, lo, hi, color=f"C{i % 10}", alpha=0.2, lw=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss" + (" (smoothed)" if smooth else ""))
+    ax.set_title(title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across repeats")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save_png(fig, path)
+
+
+def plot_scaling(rows, path, title="Multi-GPU scaling"):
+    """Throughput (with ideal linear scaling from the fewest GPUs) and step time against GPUs:
+    rows [{"gpus", "datasets_per_s", "step_ms": float or {"median", "p10", "p90"}, "config" (optional)}]."""
+    if not rows:
+        raise ValueError("plot_scaling: no rows")
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    groups = {}
+    for r in rows:
+        groups.setdefault(str(r.get("config", "")), []).append(r)
+    for i, (cfg, rs) in enumerate(groups.items()):
+        rs = sorted(rs, key=lambda r: r["gpus"])
+        g = np.array([r["gpus"] for r in rs], dtype=np.float64)
+        tput = np.array([r["datasets_per_s"] for r in rs], dtype=np.float64)
+        color = f"C{i % 10}"
+        ax1.plot(g, tput, "o-", color=color, label=cfg or "measured")
+        ax1.plot(g, tput[0] * g / g[0], ":", color=color, alpha=0.6, label=f"{cfg + ' ' if cfg else ''}ideal")
+        ax2.plot(g, [_step_median(r) for r in rs], "o-", color=color, label=cfg or "measured")
+        if all(isinstance(r.get("step_ms"), dict) and "p10" in r["step_ms"] for r in rs):
+            ax2.fill_between(g, [r["step_ms"]["p10"] for r in rs], [r["step_ms"]["p90"] for r in rs],
+                             color=color, alpha=0.2, lw=0)
+    for ax, ylabel in ((ax1, "datasets / s"), (ax2, "ms per step (median, p10–p90)")):
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    return _save_png(fig, path)
