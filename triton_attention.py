@@ -1,0 +1,343 @@
+"""Datapoint attention for small head sizes (D = 16..64) in Triton: forward and backward, no mask.
+
+    datapoint_attention(q, k, v) -> out
+      q (N, H, R, D), k and v (N, H, S, D): any strides (the model passes transposed, sliced views of
+      its in-projection); out (N, H, R, D), a view of (N, R, H, D) memory so that the caller's
+      transpose(1, 2).reshape(N, R, H * D) is free. Softmax scale 1/sqrt(D) unless given.
+
+D is padded to the next power of two (>= 16) by masked loads inside the kernel, the key length S
+is a run-time argument (one compilation serves every split), and the scale carries log2(e) so the
+softmax is one exp2 per score. bf16/fp16 in, fp32 accumulation. The backward is FlashAttention-2's:
+delta = rowsum(dO * O), then one launch whose programs either own a key block (dK, dV, looping over
+query blocks) or a query block (dQ, looping over key blocks); optionally dQ by fp32 atomics instead.
+Importing this module needs neither triton nor a GPU (the model imports it only for attention="triton").
+"""
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:          # the module still imports (and validates inputs); launching needs triton
+    triton = None
+
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile shapes and launch parameters of the three kernels (one compilation per config and D)."""
+    fwd_block_m: int = 128       # queries per forward program
+    fwd_block_n: int = 32        # keys per forward iteration
+    fwd_warps: int = 4
+    fwd_stages: int = 3
+    kv_block_m: int = 32         # queries per dK/dV iteration
+    kv_block_n: int = 128        # keys per dK/dV program
+    q_block_m: int = 128         # queries per dQ program
+    q_block_n: int = 32          # keys per dQ iteration
+    bwd_warps: int = 4           # dK/dV programs (and dQ programs when they share the launch)
+    bwd_stages: int = 3
+    q_warps: int | None = None   # set (with q_stages) to launch the dQ programs separately
+    q_stages: int | None = None
+    atomic_dq: bool = False      # dQ by fp32 atomics inside the dK/dV programs (no separate dQ pass)
+
+
+DEFAULT_CONFIG = KernelConfig()
+
+if triton is not None:
+    @triton.jit
+    def _head(ptr, n, h, stride_n, stride_h, ALIGN: tl.constexpr):
+        """Pointer to one (sequence, head); ALIGN (elements) lets the row loads vectorize."""
+        return ptr + tl.multiple_of(n * stride_n + h * stride_h, ALIGN)
+
+    @triton.jit
+    def _tile(ptr, n, h, stride_n, stride_h, rows, stride_r, stride_d, R, offs_d,
+              D: tl.constexpr, ALIGN: tl.constexpr):
+        """The given rows (those < R) of one (sequence, head): a (rows, BLOCK_D) tile, D zero-padded."""
+        mask = (rows[:, None] < R) & (offs_d[None, :] < D)
+        ptrs = _head(ptr, n, h, stride_n, stride_h, ALIGN) + rows[:, None] * stride_r + offs_d[None, :] * stride_d
+        return tl.load(ptrs, mask=mask, other=0.0)
+
+    @triton.jit
+    def _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d, sks, svs,
+                  qk_scale, D: tl.constexpr, TAIL: tl.constexpr):
+        """One key block of the online softmax (log2 domain)."""
+        keys = start + offs_n
+        kmask = (keys[:, None] < S) & (offs_d[None, :] < D)
+        k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
+        v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        if TAIL:
+            qk = tl.where(keys[None, :] < S, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return acc, m_new, l_i
+
+    # The lengths vary every step: no specialization on their values (1, multiples of 16), one compilation.
+    @triton.jit(do_not_specialize=["R", "S", "S_FULL"])
+    def _fwd_kernel(Q, K, V, O, LSE, R, S, S_FULL, H,
+                   sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, son, soh, sor, sod,
+                   qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """out[n, h, rows] = softmax(q k^T * scale) v; LSE (N*H, R) keeps the log2-domain logsumexp."""
+        pid_m = tl.program_id(0)
+        pid_nh = tl.program_id(1)
+        n = pid_nh // H
+        h = pid_nh % H
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        q = _tile(Q, n, h, sqn, sqh, offs_m, sqr, sqd, R, offs_d, D, ALIGN)
+        k_ptrs = _head(K, n, h, skn, skh, ALIGN) + offs_n[:, None] * sks + offs_d[None, :] * skd
+        v_ptrs = _head(V, n, h, svn, svh, ALIGN) + offs_n[:, None] * svs + offs_d[None, :] * svd
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for start in range(0, S_FULL, BLOCK_N):
+            acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
+                                      sks, svs, qk_scale, D, False)
+        for start in range(S_FULL, S, BLOCK_N):
+            acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
+                                      sks, svs, qk_scale, D, True)
+        out = acc / l_i[:, None]
+        tl.store(_head(O, n, h, son, soh, ALIGN) + offs_m[:, None] * sor + offs_d[None, :] * sod,
+                 out.to(O.dtype.element_ty), mask=(offs_m[:, None] < R) & (offs_d[None, :] < D))
+        tl.store(LSE + pid_nh * R + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < R)
+
+    @triton.jit(do_not_specialize=["R"])
+    def _delta_kernel(O, DO, DELTA, R, H, son, soh, sor, sod, sdn, sdh, sdr, sdd,
+                     D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr, BLOCK_M: tl.constexpr):
+        """DELTA (N*H, R) = rowsum(dO * O) in fp32."""
+        pid_nh = tl.program_id(1)
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        o = _tile(O, pid_nh // H, pid_nh % H, son, soh, offs_m, sor, sod, R, offs_d, D, ALIGN).to(tl.float32)
+        do = _tile(DO, pid_nh // H, pid_nh % H, sdn, sdh, offs_m, sdr, sdd, R, offs_d, D, ALIGN).to(tl.float32)
+        tl.store(DELTA + pid_nh * R + offs_m, tl.sum(o * do, 1), mask=offs_m < R)
+
+    @triton.jit
+    def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
+              sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
+              qk_scale, sm_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+        """dK, dV of one key block (k, v already loaded): loops over every query block."""
+        offs_d = tl.arange(0, BLOCK_D)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        q_base = _head(Q, n, h, sqn, sqh, ALIGN) + offs_d[None, :] * sqd
+        do_base = _head(DO, n, h, sdn, sdh, ALIGN) + offs_d[None, :] * sdd
+        for start in range(0, R, BLOCK_M):
+            rows = start + tl.arange(0, BLOCK_M)
+            rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
+            q = tl.load(q_base + rows[:, None] * sqr, mask=rmask, other=0.0)
+            do = tl.load(do_base + rows[:, None] * sdr, mask=rmask, other=0.0)
+            lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
+            delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
+            # Transposed scores (keys x queries): rows past R have q = dO = 0, so they add nothing.
+            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])
+            dv += tl.dot(p_t.to(do.dtype), do)
+            dp_t = tl.dot(v, tl.trans(do))
+            ds_t = p_t * (dp_t - delta[None, :])
+            dk += tl.dot(ds_t.to(q.dtype), q)
+            if ATOMIC_DQ:
+                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+                dq_ptrs = _head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :]
+                tl.atomic_add(dq_ptrs, dq, mask=rmask, sem="relaxed")
+        return dk * sm_scale, dv
+
+    @triton.jit
+    def _dq(K, V, q, do, lse, delta, n, h, S, skn, skh, sks, skd, svn, svh, svs, svd,
+            qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """dQ of one query block: loops over every key block (keys past S load as 0 and add nothing)."""
+        offs_d = tl.arange(0, BLOCK_D)
+        offs_n = tl.arange(0, BLOCK_N)
+        dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        k_ptrs = _head(K, n, h, skn, skh, ALIGN) + offs_n[:, None] * sks + offs_d[None, :] * skd
+        v_ptrs = _head(V, n, h, svn, svh, ALIGN) + offs_n[:, None] * svs + offs_d[None, :] * svd
+        for start in range(0, S, BLOCK_N):
+            kmask = ((start + offs_n)[:, None] < S) & (offs_d[None, :] < D)
+            k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
+            v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
+            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+            ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k)
+        return dq
+
+    @triton.jit(do_not_specialize=["R", "S", "KV_BLOCKS", "PID_OFFSET"])
+    def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, R, S, H, KV_BLOCKS, PID_OFFSET,
+                   sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, sdn, sdh, sdr, sdd,
+                   sqa_n, sqa_h, sqa_r, skan, skah, skas, svan, svah, svas,
+                   qk_scale, sm_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+                   KV_BLOCK_M: tl.constexpr, KV_BLOCK_N: tl.constexpr,
+                   Q_BLOCK_M: tl.constexpr, Q_BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+        """Programs [0, KV_BLOCKS) write dK, dV of one key block; the rest dQ of one query block."""
+        pid = tl.program_id(0) + PID_OFFSET
+        pid_nh = tl.program_id(1)
+        n = pid_nh // H
+        h = pid_nh % H
+        offs_d = tl.arange(0, BLOCK_D)
+        if pid < KV_BLOCKS:
+            keys = pid * KV_BLOCK_N + tl.arange(0, KV_BLOCK_N)
+            kmask = (keys[:, None] < S) & (offs_d[None, :] < D)
+            k = _tile(K, n, h, skn, skh, keys, sks, skd, S, offs_d, D, ALIGN)
+            v = _tile(V, n, h, svn, svh, keys, svs, svd, S, offs_d, D, ALIGN)
+            dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
+                           sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
+                           qk_scale, sm_scale, D, BLOCK_D, ALIGN, KV_BLOCK_M, KV_BLOCK_N, ATOMIC_DQ)
+            tl.store(_head(DK, n, h, skan, skah, ALIGN) + keys[:, None] * skas + offs_d[None, :],
+                     dk.to(DK.dtype.element_ty), mask=kmask)
+            tl.store(_head(DV, n, h, svan, svah, ALIGN) + keys[:, None] * svas + offs_d[None, :],
+                     dv.to(DV.dtype.element_ty), mask=kmask)
+        else:
+            rows = (pid - KV_BLOCKS) * Q_BLOCK_M + tl.arange(0, Q_BLOCK_M)
+            rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
+            q = _tile(Q, n, h, sqn, sqh, rows, sqr, sqd, R, offs_d, D, ALIGN)
+            do = _tile(DO, n, h, sdn, sdh, rows, sdr, sdd, R, offs_d, D, ALIGN)
+            lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
+            delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
+            dq = _dq(K, V, q, do, lse, delta, n, h, S, skn, skh, sks, skd, svn, svh, svs, svd,
+                     qk_scale, D, BLOCK_D, ALIGN, Q_BLOCK_M, Q_BLOCK_N)
+            tl.store(_head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :],
+                     (dq * sm_scale).to(DQ.dtype.element_ty), mask=rmask)
+
+
+def _block_d(head_size: int) -> int:
+    """The head size padded to a power of two >= 16 (tl.dot's smallest reduction)."""
+    return max(16, 1 << (head_size - 1).bit_length())
+
+
+def _strides(t: torch.Tensor) -> tuple:
+    """The 4 strides (elements) passed to the kernels: any layout works."""
+    return tuple(t.stride())
+
+
+def _align(*tensors: torch.Tensor) -> int:
+    """Largest of 8/4/2/1 dividing every sequence and head stride (elements): a vectorization hint."""
+    strides = [s for t in tensors for s in t.stride()[:2]]
+    return next(a for a in (8, 4, 2, 1) if all(s % a == 0 for s in strides))
+
+
+def _rows_major(n: int, rows: int, heads: int, d: int, like: torch.Tensor, dtype=None) -> torch.Tensor:
+    """An (N, H, rows, D) view of (N, rows, H, D) memory: the layout the model reshapes for free."""
+    return torch.empty(n, rows, heads, d, device=like.device, dtype=dtype or like.dtype).transpose(1, 2)
+
+
+def _forward(q, k, v, scale, cfg: KernelConfig):
+    """Returns out (N, H, R, D) and the log2-domain logsumexp (N*H, R) fp32 the backward needs."""
+    n, heads, rows, d = q.shape
+    keys = k.shape[2]
+    out = _rows_major(n, rows, heads, d, q)
+    lse = torch.empty(n * heads, rows, device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
+    full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
+    _fwd_kernel[grid](q, k, v, out, lse, rows, keys, full, heads, *_strides(q), *_strides(k), *_strides(v),
+                      *_strides(out), scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out),
+                      BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
+                      num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
+    return out, lse
+
+
+def _backward(dout, q, k, v, out, lse, scale, cfg: KernelConfig):
+    """Returns dq (N, H, R, D), dk and dv (N, H, S, D), each a view of rows-major memory."""
+    n, heads, rows, d = q.shape
+    keys = k.shape[2]
+    block_d = _block_d(d)
+    delta = torch.empty_like(lse)
+    _delta_kernel[(triton.cdiv(rows, 128), n * heads)](
+        out, dout, delta, rows, heads, *_strides(out), *_strides(dout), D=d, BLOCK_D=block_d,
+        ALIGN=_align(out, dout), BLOCK_M=128)
+    if cfg.atomic_dq:
+        dq = torch.zeros(n, rows, heads, d, device=q.device, dtype=torch.float32).transpose(1, 2)
+    else:
+        dq = _rows_major(n, rows, heads, d, q)
+    dk = _rows_major(n, keys, heads, d, k)
+    dv = _rows_major(n, keys, heads, d, v)
+    kv_blocks = triton.cdiv(keys, cfg.kv_block_n)
+    q_blocks = 0 if cfg.atomic_dq else triton.cdiv(rows, cfg.q_block_m)
+    args = (q, k, v, dout, dq, dk, dv, lse, delta, rows, keys, heads, kv_blocks)
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), *dq.stride()[:3], *dk.stride()[:3],
+               *dv.stride()[:3], scale * LOG2E, scale)
+    meta = dict(D=d, BLOCK_D=block_d, ALIGN=_align(q, k, v, dout, dq, dk, dv), KV_BLOCK_M=cfg.kv_block_m,
+                KV_BLOCK_N=cfg.kv_block_n, Q_BLOCK_M=cfg.q_block_m, Q_BLOCK_N=cfg.q_block_n,
+                ATOMIC_DQ=cfg.atomic_dq)
+    if cfg.q_warps is None or q_blocks == 0:
+        # One launch: dK/dV and dQ programs run side by side and fill each other's tail.
+        _bwd_kernel[(kv_blocks + q_blocks, n * heads)](*args, 0, *strides, **meta, num_warps=cfg.bwd_warps,
+                                                       num_stages=cfg.bwd_stages)
+    else:
+        _bwd_kernel[(kv_blocks, n * heads)](*args, 0, *strides, **meta, num_warps=cfg.bwd_warps,
+                                            num_stages=cfg.bwd_stages)
+        _bwd_kernel[(q_blocks, n * heads)](*args, kv_blocks, *strides, **meta, num_warps=cfg.q_warps,
+                                           num_stages=cfg.q_stages or cfg.bwd_stages)
+    if cfg.atomic_dq:
+        dq = dq.to(q.dtype)
+    return dq, dk, dv
+
+
+class _DatapointAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, cfg):
+        out, lse = _forward(q, k, v, scale, cfg)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale, ctx.cfg = scale, cfg
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(dout, q, k, v, out, lse, ctx.scale, ctx.cfg)
+        return dq, dk, dv, None, None
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, "
+                         f"got {q.dim()}/{k.dim()}/{v.dim()}-d")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"datapoint_attention shapes disagree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    if not 1 <= q.shape[3] <= 128:
+        raise ValueError(f"datapoint_attention supports head sizes 1..128, got {q.shape[3]}")
+    if k.shape[2] < 1:
+        raise ValueError("datapoint_attention needs at least one key")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"datapoint_attention wants one float dtype for q, k, v, got {q.dtype}/{k.dtype}/{v.dtype}")
+    # The kernels index with 32-bit offsets.
+    for t in (q, k, v):
+        if sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) >= 2 ** 31:
+            raise ValueError(f"datapoint_attention indexes with int32: a {tuple(t.shape)} tensor spans too much memory")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"datapoint_attention wants q, k, v on one device, got {q.device}/{k.device}/{v.device}")
+
+
+def _check_runtime(device: torch.device) -> None:
+    if triton is None:
+        raise RuntimeError("datapoint_attention needs triton (pip install triton)")
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"datapoint_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
+                         f"got {device}")
+
+
+def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """softmax(q k^T * scale) v over every key, differentiable in q, k and v.
+
+    Args:
+        q: (N, H, R, D) queries, any strides; bf16 or fp16 (fp32 runs tl.dot in tf32).
+        k, v: (N, H, S, D) keys and values (S >= 1), same dtype.
+        scale: softmax scale, default 1/sqrt(D).
+        config: tile shapes (KernelConfig).
+    Returns:
+        (N, H, R, D) output, a transposed view of (N, R, H, D) memory.
+    """
+    _check(q, k, v)
+    _check_runtime(q.device)
+    return _DatapointAttention.apply(q, k, v, scale if scale is not None else 1.0 / math.sqrt(q.shape[3]), config)
