@@ -44,22 +44,52 @@ def test_compile_and_bf16_stay_close(tmp_path, dump):
 
 def test_graphs_with_compile_and_flex(tmp_path, dump):
     base = losses(tmp_path, dump, "--flash")["losses"]
-    for extra in (["--compile"], ["--padded-attention", "flex", "--compile"]):
+    for extra in (["--compile"], ["--attention", "flex", "--compile"]):
         got = losses(tmp_path, dump, "--flash", "--cuda-graphs", "--fused-optimizer", *extra)["losses"]
         assert got == pytest.approx(base, rel=1e-3, abs=1e-4), extra
 
 
 def test_pinned_flash_kernel_compiles_and_evaluates(tmp_path, dump):
-    """--sdpa-backend flash under bf16 + compile gives the auto kernel's losses, and the fp32 eval
+    """--attention flash under bf16 + compile gives the auto kernel's losses, and the fp32 eval
     (which has no flash kernel) still runs: the eval copy leaves the kernel to PyTorch."""
     import train_optimized
     base = losses(tmp_path, dump, "--flash", "--amp", "bf16", "--compile")["losses"]
     path = str(tmp_path / "pinned.json")
     code = train_optimized.main(["--data", dump, "--steps", "12", "--batch-size", "4", "--seed", "4",
                                  "--log-every", "4", "--timing-warmup", "1", "--eval-every", "12", "--record", path,
-                                 "--flash", "--amp", "bf16", "--compile", "--sdpa-backend", "flash"])
+                                 "--attention", "flash", "--amp", "bf16", "--compile"])
     assert code == 0
     with open(path) as f:
         rec = json.load(f)["extra"]
     assert rec["losses"] == pytest.approx(base, rel=5e-2, abs=2e-2)
-    assert rec["eval"] and rec["sdpa_backend"].startswith("flash")
+    assert rec["eval"] and rec["attention_kernel"].startswith("flash")
+
+
+def test_graphed_step_captures_the_nccl_gradient_all_reduce(tmp_path, dump):
+    """A one-rank NCCL group: the graphed step's all-reduce is captured and replayed, and the losses equal
+    the graphed step without a process group (the average over one rank is the identity)."""
+    import torch.distributed as dist
+    from graphed_step import FusedScheduleFreeAdamW, GraphedTrainStep
+    from loaders import LoaderConfig, make_loader
+    from model import NanoTabPFNModel
+
+    def run():
+        torch.manual_seed(0)
+        model = NanoTabPFNModel(attention="sdpa").cuda()
+        step = GraphedTrainStep(model, FusedScheduleFreeAdamW(model.parameters(), lr=4e-3), 4, 48, 5,
+                                torch.device("cuda"))
+        loader = make_loader(dump, 4, torch.device("cuda"), LoaderConfig())
+        out = []
+        for _, batch in zip(range(10), loader):
+            step.load(batch)
+            out.append(float(step.run()))
+        loader.close()
+        return out, step.graph is not None
+
+    plain, _ = run()
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        reduced, captured = run()
+    finally:
+        dist.destroy_process_group()
+    assert captured and reduced == pytest.approx(plain, rel=1e-5, abs=1e-6)

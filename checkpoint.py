@@ -1,0 +1,164 @@
+"""Checkpoints: everything needed to continue a run bit for bit, written atomically, read without pickled code."""
+import io
+import os
+import pickle
+import random
+import signal
+import warnings
+
+import numpy as np
+import torch
+
+from dump_format import metadata_sha256
+from graphed_step import inference_state_dict, unwrap
+from model import SPEED_ONLY_FIELDS
+from safe_io import atomic_output
+
+CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (the learning rate) and the dump's content digest to "data"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is unreadable, refused, or does not match this run (one-line message)."""
+
+
+def read_checkpoint(path) -> dict:
+    """torch.load with weights_only=True (pickled code never runs); every bad file is one CheckpointError."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path} is not a file")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    damaged = f"checkpoint {path} is not a PyTorch checkpoint, or is corrupt or truncated"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # torch's notes on pickle protocols are not the user's concern
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "global" in str(e).lower() or _names_objects(path):   # the pickle names code or classes
+            raise CheckpointError(f"checkpoint {path} holds code or unknown objects and is refused "
+                                  "(only tensors and plain values are loaded)") from None
+        raise CheckpointError(damaged) from None
+    except Exception:  # a damaged file makes torch.load raise any of a dozen types
+        raise CheckpointError(damaged) from None
+    if not isinstance(state, dict) or not isinstance(state.get("model_config"), dict) \
+            or not isinstance(state.get("model"), dict):
+        found = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"checkpoint {path}: expected a dict with 'model_config' and 'model', found {found}")
+    if state.get("format", 1) > CHECKPOINT_FORMAT:
+        raise CheckpointError(f"checkpoint {path} has format {state['format']}, newer than this code "
+                              f"({CHECKPOINT_FORMAT})")
+    return state
+
+
+def _names_objects(path) -> bool:
+    """Whether a raw pickle names a class or function (read with pickletools: nothing is executed)."""
+    import pickletools
+    try:
+        with open(path, "rb") as f:
+            return any(op.name in ("GLOBAL", "STACK_GLOBAL", "INST", "OBJ") for op, _, _ in pickletools.genops(f))
+    except Exception:  # not a pickle at all
+        return False
+
+
+def dump_identity(info, content_digest: str = "") -> dict:
+    """What a checkpoint must match to resume on a dump: shapes, a hash of the per-dataset metadata and,
+    where the loader computed one, a digest of the values."""
+    digest = metadata_sha256(info.num_features, info.num_datapoints, info.splits)
+    identity = {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
+                "metadata_sha256": digest[:16]}
+    if content_digest:
+        identity["content"] = content_digest
+    return identity
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict):
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in state["python"]))
+
+
+def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list, train_seconds: float,
+                    meta: dict):
+    """Writes model, optimizer, loader position, RNG and step atomically; refuses a non-finite state.
+
+    "model" holds the inference weights (what NanoTabPFNClassifier.from_checkpoint loads);
+    "train_state" holds what resuming needs.
+    """
+    weights = unwrap(model).state_dict()
+    # One host sync per save: a checkpoint must never hold NaN/inf, the last good one stays instead.
+    finite = torch.stack([t.isfinite().all() for t in weights.values() if t.is_floating_point()]).all()
+    if not bool(finite):
+        raise CheckpointError(f"parameters are not finite at step {step}; {path} keeps the last good checkpoint")
+    state = {"format": CHECKPOINT_FORMAT, "model_config": meta["model_config"],
+             "model": inference_state_dict(model, optimizer), "data": meta["data"], "optimizer": meta["optimizer"],
+             "global_batch": meta["global_batch"], "hparams": meta["hparams"], "step": step,
+             "train_state": {"model": weights, "optimizer": optimizer.state_dict(),
+                             "loader": loader.state_dict(), "rng": rng_state(), "losses": list(losses),
+                             "train_seconds": train_seconds}}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)   # serialised in memory: torch's writer hides disk-full errors as RuntimeError
+    with atomic_output(path, "checkpoint") as tmp:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+
+
+def load_checkpoint(path: str, meta: dict) -> dict:
+    """Reads a checkpoint and checks it against this run (`meta` as save_checkpoint takes it)."""
+    state = read_checkpoint(path)
+    if "train_state" not in state:
+        raise CheckpointError(f"checkpoint {path} holds weights only (no training state to resume)")
+    diff = [f"{k}={state['model_config'].get(k)!r} (this run: {v!r})" for k, v in meta["model_config"].items()
+            if k not in SPEED_ONLY_FIELDS and state["model_config"].get(k) != v]
+    if diff:
+        raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
+    if state.get("optimizer") != meta["optimizer"]:
+        raise CheckpointError(f"checkpoint {path} was trained with optimizer {state.get('optimizer')}, this run "
+                              f"uses {meta['optimizer']}: its state cannot continue in another optimizer")
+    stored_data = state["data"]
+    common = set(stored_data) & set(meta["data"])
+    if any(stored_data[k] != meta["data"][k] for k in common):
+        raise CheckpointError(f"checkpoint {path} was trained on a different dump: {stored_data} "
+                              f"(this run: {meta['data']})")
+    if state["global_batch"] != meta["global_batch"]:
+        raise CheckpointError(f"checkpoint {path} used a global batch of {state['global_batch']} datasets "
+                              f"(batch x ranks), this run {meta['global_batch']}: resume with the same batch "
+                              "size and number of ranks")
+    stored_lr = state.get("hparams", {}).get("lr")
+    if stored_lr is not None and stored_lr != meta["hparams"]["lr"]:
+        # Refused, not applied: resume promises the run the checkpoint started, bit for bit.
+        raise CheckpointError(f"--lr {meta['hparams']['lr']:g} differs from the checkpoint's {stored_lr:g}; "
+                              f"--resume continues that run exactly, so pass --lr {stored_lr:g} (or start a new run)")
+    return state
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag checked at step boundaries, so the run can checkpoint first."""
+
+    def __init__(self, enabled: bool):
+        self.requested, self.enabled, self.previous = None, enabled, {}
+
+    def __enter__(self):
+        if self.enabled:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
