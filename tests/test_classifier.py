@@ -1,0 +1,302 @@
+"""classifier.py: real input (NaN, inf, constant/duplicate columns, wide and long tables, any labels),
+one-line errors, ensembling, sklearn conventions, and from_checkpoint on good, old and bad files."""
+import dataclasses
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import classifier as C
+from classifier import NanoTabPFNClassifier
+from model import ModelConfig, NanoTabPFNModel
+
+SMALL = dict(embedding_size=16, num_attention_heads=4, mlp_hidden_size=24, num_layers=2, num_outputs=3)
+
+
+def make_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = NanoTabPFNModel(**{**SMALL, **overrides})
+    with torch.no_grad():   # non-trivial norms and biases
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def toy_data(n_train=40, n_test=15, features=4, num_classes=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_train + n_test, features)).astype(np.float32)
+    y = np.arange(n_train + n_test) % num_classes
+    rng.shuffle(y)
+    return X[:n_train], y[:n_train], X[n_train:], y[n_train:]
+
+
+def one_line_error(exc_type, fn, *args, match=None):
+    with pytest.raises(exc_type, match=match) as info:
+        fn(*args)
+    assert "\n" not in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def test_shapes_probabilities_and_mode():
+    model = make_model(10)
+    clf = NanoTabPFNClassifier(model, n_estimators=1)
+    X_train, y_train, X_test, _ = toy_data(num_classes=2)
+    assert clf.fit(X_train, y_train) is clf
+    model.train()
+    proba = clf.predict_proba(X_test)
+    assert model.training                                  # mode restored
+    assert proba.shape == (15, 2) and proba.dtype == np.float32
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=1e-6)
+    assert (proba >= 0).all()
+    np.testing.assert_array_equal(clf.predict(X_test), proba.argmax(1))
+    model.eval()
+    clf.predict(X_test)
+    assert not model.training
+    # One member, clean input: the softmax of the model's first K logits on train + test.
+    with torch.no_grad():
+        x = torch.from_numpy(np.concatenate([X_train, X_test]))[None]
+        logits = model((x, torch.from_numpy(y_train.astype(np.float32))[None]), len(X_train))[0, :, :2]
+    np.testing.assert_allclose(proba, logits.softmax(-1).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_ensemble_averages_class_rotations():
+    model = make_model(3, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=4)
+    one = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, y_train).predict_proba(X_test)
+    flipped = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, 1 - y_train).predict_proba(X_test)[:, ::-1]
+    two = NanoTabPFNClassifier(model, n_estimators=2).fit(X_train, y_train).predict_proba(X_test)
+    assert not np.allclose(one, flipped, atol=1e-3)        # the rotation is a different member
+    np.testing.assert_allclose(two, (one + flipped) / 2, rtol=1e-5, atol=1e-6)
+    four = NanoTabPFNClassifier(model, n_estimators=4).fit(X_train, y_train).predict_proba(X_test)
+    assert four.shape == (15, 2) and not np.allclose(four, two, atol=1e-4)   # quantile members join
+    np.testing.assert_allclose(four.sum(1), 1.0, atol=1e-6)
+
+
+def test_labels_of_any_type():
+    model = make_model(11)
+    X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=1)
+    plain = NanoTabPFNClassifier(model).fit(X_train, y_train)
+    names = np.array(["cat", "dog", "emu"])
+    named = NanoTabPFNClassifier(model).fit(X_train, names[y_train])
+    shifted = NanoTabPFNClassifier(model).fit(X_train, y_train * 5 + 3)   # labels 3, 8, 13
+    np.testing.assert_array_equal(named.classes_, names)
+    np.testing.assert_allclose(named.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
+    np.testing.assert_allclose(shifted.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
+    np.testing.assert_array_equal(named.predict(X_test), names[plain.predict(X_test)])
+    np.testing.assert_array_equal(shifted.predict(X_test), plain.predict(X_test) * 5 + 3)
+    assert set(plain.predict(X_test)) <= {0, 1, 2}
+    X2, y2, T2, _ = toy_data(num_classes=2, seed=2)
+    booleans = NanoTabPFNClassifier(model).fit(X2, y2.astype(bool))
+    assert booleans.predict(T2).dtype == bool
+    assert set(NanoTabPFNClassifier(model).fit(X2, np.array(["no", "yes"], dtype=object)[y2]).predict(T2)) <= {"no", "yes"}
+
+
+def test_nan_and_inf_are_missing_values():
+    model = make_model(12, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(n_train=60, seed=3)
+    X_train, X_test = X_train.astype(np.float64), X_test.astype(np.float64)
+    rng = np.random.default_rng(0)
+    X_train[rng.random(X_train.shape) < 0.2] = np.nan
+    X_test[rng.random(X_test.shape) < 0.2] = np.nan
+    for missing in ("mean", "indicator"):
+        clf = NanoTabPFNClassifier(model, missing=missing).fit(X_train, y_train)
+        proba = clf.predict_proba(X_test)
+        assert np.isfinite(proba).all() and proba.shape == (15, 2)
+        assert clf.X_train_.shape[1] == (4 if missing == "mean" else 8)   # one indicator per column with NaN
+        with_inf = X_test.copy()
+        with_inf[np.isnan(with_inf)] = np.inf
+        with_inf[0, np.isinf(with_inf[0])] = -np.inf
+        np.testing.assert_allclose(clf.predict_proba(with_inf), proba, rtol=0, atol=0)   # ±inf == NaN
+    huge = X_test.copy()
+    huge[:, 0] = 1e39            # finite in float64, infinite in float32: still a finite prediction
+    assert np.isfinite(NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(huge)).all()
+    all_missing = np.full_like(X_test, np.nan)
+    assert np.isfinite(NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(all_missing)).all()
+
+
+def test_constant_and_duplicate_columns_are_dropped():
+    model = make_model(13, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(seed=5)
+    expected = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    widen = lambda X: np.column_stack([np.full(len(X), 7.0), X, X[:, 1], np.full(len(X), np.nan)])
+    clf = NanoTabPFNClassifier(model).fit(widen(X_train), y_train)
+    np.testing.assert_array_equal(clf.kept_columns_, [1, 2, 3, 4])
+    np.testing.assert_allclose(clf.predict_proba(widen(X_test)), expected, rtol=1e-6, atol=1e-7)
+    constant = NanoTabPFNClassifier(model).fit(np.ones((20, 3)), y_train[:20])   # nothing informative
+    proba = constant.predict_proba(np.ones((5, 3)))
+    assert np.isfinite(proba).all() and np.allclose(proba, proba[0])
+
+
+def test_wide_tables_use_feature_subsets():
+    model = make_model(14, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(features=30, seed=6)
+    clf = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
+    assert [len(s) for s in clf.feature_subsets_] == [5, 5, 5]
+    assert len({tuple(s) for s in clf.feature_subsets_}) == 3
+    proba = clf.predict_proba(X_test)
+    again = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
+    np.testing.assert_allclose(again.predict_proba(X_test), proba, rtol=0, atol=0)   # seeded
+    every = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=None).fit(X_train, y_train)
+    assert [len(s) for s in every.feature_subsets_] == [30, 30, 30]
+
+
+def test_long_tables_are_subsampled_with_a_warning(monkeypatch):
+    model = make_model(15, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(n_train=120, seed=7)
+    with pytest.warns(UserWarning, match="120 training rows > max_train_rows=50") as record:
+        clf = NanoTabPFNClassifier(model, max_train_rows=50).fit(X_train, y_train)
+    assert len(record) == 1 and "\n" not in str(record[0].message)
+    assert clf.X_train_.shape[0] == 50 and set(clf.y_train_) == {0, 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        NanoTabPFNClassifier(model, max_train_rows=120).fit(X_train, y_train)   # at the limit: no warning
+    # Test rows never attend to each other: chunked prediction equals one pass.
+    whole = clf.predict_proba(X_test)
+    monkeypatch.setattr(C, "TEST_CHUNK_ROWS", 4)
+    np.testing.assert_allclose(clf.predict_proba(X_test), whole, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_is_a_one_line_value_error():
+    X_train, y_train, X_test, _ = toy_data(num_classes=2)
+    clf = NanoTabPFNClassifier(make_model(16, num_outputs=2))
+    one_line_error(ValueError, clf.predict, X_test, match="not fitted")
+    one_line_error(ValueError, clf.fit, X_train, np.arange(len(X_train)) % 3, match="3 classes")
+    one_line_error(ValueError, clf.fit, X_train, np.zeros(len(X_train)), match="1 class")
+    one_line_error(ValueError, clf.fit, X_train[:, 0], y_train, match="2-D")
+    one_line_error(ValueError, clf.fit, X_train[:0], y_train[:0], match="empty")
+    one_line_error(ValueError, clf.fit, X_train[:, :0], y_train, match="empty")
+    one_line_error(ValueError, clf.fit, X_train, y_train[:-1], match="labels")
+    one_line_error(ValueError, clf.fit, X_train, np.where(y_train == 0, np.nan, 1.0), match="NaN")
+    one_line_error(ValueError, clf.fit, X_train, np.array([None, "a"] * 20, dtype=object), match="missing")
+    one_line_error(ValueError, clf.fit, X_train, np.array([1, "a"] * 20, dtype=object), match="sorted")
+    one_line_error(ValueError, clf.fit, X_train, np.linspace(0, 1, len(X_train)), match="continuous")
+    one_line_error(ValueError, clf.fit, X_train, None, match="requires y")
+    strings = X_train.astype(object)
+    strings[2, 1] = "red"
+    one_line_error(ValueError, clf.fit, strings, y_train, match="non-numeric")
+    one_line_error(ValueError, clf.fit, X_train + 1j, y_train, match="Complex")
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, missing="median").fit, X_train, y_train, match="missing")
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, n_estimators=0).fit, X_train, y_train, match="n_estimators")
+    clf.fit(X_train, y_train)
+    one_line_error(ValueError, clf.predict, X_test[:, :3], match="3 features.*expecting 4")
+    one_line_error(ValueError, clf.predict_proba, X_test[0], match="2-D")
+    one_line_error(ValueError, clf.predict, X_test[:0], match="empty")
+
+
+def test_sklearn_estimator_checks():
+    """sklearn's own conventions, on a model that predicts up to 10 classes (untrained, so the accuracy
+    check is left out; check_estimators_overwrite_params is left out because joblib hashes a deep copy
+    of an nn.Module differently from the module, which it reads as a mutation)."""
+    from sklearn.utils.estimator_checks import check_estimator
+    skipped = {"check_classifiers_train", "check_estimators_overwrite_params", "check_array_api_input"}
+    estimator = NanoTabPFNClassifier(make_model(17, num_outputs=10), n_estimators=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(estimator, on_fail=None, on_skip=None)
+    failed = [f"{r['check_name']}: {str(r['exception']).splitlines()[:1]}" for r in results
+              if r["status"] == "failed" and r["check_name"] not in skipped]
+    assert not failed, failed
+    assert sum(r["status"] == "passed" for r in results) >= 45
+
+
+# ---------------------------------------------------------------------------------------------
+# from_checkpoint
+
+def save_checkpoint(path, model, config=None, **extra):
+    config = dataclasses.asdict(model.config) if config is None else config
+    torch.save({"model_config": config, "model": model.state_dict(), **extra}, path)
+
+
+def test_from_checkpoint_round_trip_new_old_and_prefixed(tmp_path):
+    model = make_model(18, attention="sdpa", feature_attention="matmul")
+    X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=2)
+    expected = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model)
+    clf = NanoTabPFNClassifier.from_checkpoint(path)
+    assert {f: getattr(clf.model.config, f) for f in C.SIZE_FIELDS} == {**SMALL}
+    assert clf.model.config.attention == C.INFERENCE_ATTENTION
+    np.testing.assert_allclose(clf.fit(X_train, y_train).predict_proba(X_test), expected, rtol=1e-5, atol=1e-6)
+    # An old checkpoint's kernel-only keys, and a compiled model's "_orig_mod." prefixes.
+    old = {**SMALL, "attention": "flash", "feature_attention": "broadcast", "padded_attention": "flex",
+           "checkpoint": True, "sdpa_backend": "cudnn"}
+    torch.save({"model_config": old, "model": {"_orig_mod." + k: v for k, v in model.state_dict().items()}}, path)
+    old_clf = NanoTabPFNClassifier.from_checkpoint(path, "cpu", n_estimators=2)
+    assert old_clf.n_estimators == 2 and old_clf.device == "cpu"
+    np.testing.assert_allclose(old_clf.set_params(n_estimators=4).fit(X_train, y_train).predict_proba(X_test),
+                               expected, rtol=1e-5, atol=1e-6)
+
+
+def test_from_checkpoint_content_errors(tmp_path):
+    model = make_model(19)
+    path = tmp_path / "c.pt"
+    torch.save({"model": model.state_dict()}, path)
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="model_config")
+    save_checkpoint(path, model, {**dataclasses.asdict(model.config), "dropout": 0.1})
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="dropout")
+    save_checkpoint(path, model, {**SMALL, "num_layers": 3})                 # config disagrees with tensors
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="do not match")
+    save_checkpoint(path, model, {**SMALL, "num_layers": "two"})
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="bad model_config")
+    broken = make_model(19)
+    with torch.no_grad():
+        broken.decoder.linear2.weight[0, 0] = float("nan")
+    save_checkpoint(path, broken)
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="non-finite")
+    torch.save([1, 2, 3], path)
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="expected a dict")
+
+
+class _RunsCode:
+    """Unpickling this would run a shell command that creates a marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _Unknown:
+    pass
+
+
+def test_from_checkpoint_bad_files(tmp_path):
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, make_model(20))
+    data = good.read_bytes()
+    marker = tmp_path / "code-ran"
+    files = {
+        "missing": (None, "does not exist"),
+        "folder": (None, "not a file"),
+        "empty": (b"", "is empty"),
+        "text": (b"hello, this is not a checkpoint\n", "not a PyTorch checkpoint"),
+        "truncated": (data[: len(data) // 2], "corrupt or truncated"),
+        "header-only": (data[:100], "corrupt or truncated"),
+    }
+    for name, (content, _) in files.items():
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder").mkdir()
+    for name, (_, match) in files.items():
+        one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, tmp_path / name, match=match)
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"model_config": {}, "model": {}}, legacy, _use_new_zipfile_serialization=False)
+    legacy.write_bytes(legacy.read_bytes()[:-20])
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, legacy, match="corrupt or truncated")
+    # Pickles that weights_only=True refuses: code (as torch.save and as a raw pickle) and unknown classes.
+    refused = {"code.pt": lambda p: torch.save({"model_config": _RunsCode(marker), "model": {}}, p),
+               "code.pkl": lambda p: p.write_bytes(pickle.dumps({"model": _RunsCode(marker)})),
+               "unknown.pt": lambda p: torch.save({"model_config": _Unknown(), "model": {}}, p)}
+    for name, write in refused.items():
+        write(tmp_path / name)
+        message = one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, tmp_path / name,
+                                 match="holds code or unknown objects and is refused")
+        assert "weights_only" not in message and "False" not in message
+    assert not marker.exists()      # the code in the pickles never ran
+    pickle.loads(pickle.dumps(_RunsCode(marker)))   # the check can fail: unpickling does run it
+    assert marker.exists()

@@ -1,0 +1,168 @@
+"""evaluation.py and real_data.py: the selection rule on synthetic tables, one real task end to end
+(preparation from the installed package, our classifier, every baseline, the reports), the toy suite."""
+import csv
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+import evaluation as ev
+import real_data as rd
+from classifier import NanoTabPFNClassifier
+from model import NanoTabPFNModel
+
+
+def tiny_classifier(seed=0):
+    torch.manual_seed(seed)
+    return NanoTabPFNClassifier(NanoTabPFNModel(embedding_size=16, num_attention_heads=2, mlp_hidden_size=16,
+                                                num_layers=1, num_outputs=2), n_estimators=2)
+
+
+def table(n=200, seed=0):
+    """A synthetic R-style CSV table: row names, a binary target, a leaky copy and cut, an id, a constant,
+    a categorical with NA, a duplicate, a mostly-missing column, and two honest numeric features."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(n), rng.standard_normal(n)
+    target = np.where(a + rng.standard_normal(n) > 0.3, "yes", "no")
+    colour = rng.choice(["red", "green", "blue", "NA"], n)
+    header = ["", "a", "outcome", "b", "copy", "cut", "id", "const", "colour", "a_again", "sparse"]
+    rows = [[str(i + 1), f"{a[i]:.6f}", target[i], f"{b[i]:.6f}", str(int(target[i] == "yes")),
+             f"{(1.0 if target[i] == 'yes' else -1.0) * (1 + abs(b[i])):.4f}", str(1000 + i), "5", colour[i],
+             f"{a[i]:.6f}", "NA" if i % 4 else "1.5"] for i in range(n)]
+    return header, rows
+
+
+def archive_of(tables: dict, path):
+    """A resources.tar.gz laid out as pydataset's: resources/rdata/csv/<package>/<item>.csv."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, (header, rows) in tables.items():
+            text = io.StringIO()
+            csv.writer(text).writerows([header, *rows])
+            data = text.getvalue().encode()
+            info = tarfile.TarInfo(f"resources/rdata/csv/{name}.csv")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_rule_on_a_synthetic_table():
+    task, reason = rd.build_task("pkg/t", *table())
+    assert reason == "kept"
+    assert task.target == "outcome"
+    # Leaky copy and cut, id, constant, duplicate and mostly-missing columns are gone.
+    assert task.features == ["a", "b", "colour"]
+    np.testing.assert_array_equal(task.categorical, [False, False, True])
+    colour = task.X[:, 2]
+    assert np.isnan(colour).any() and set(np.unique(colour[~np.isnan(colour)])) == {0.0, 1.0, 2.0}  # sorted codes
+    assert task.X.dtype == np.float32 and task.y.dtype == np.int64 and set(task.y) == {0, 1}
+    assert rd.build_task("pkg/t", *table(n=60))[1] == "60 rows"
+    header, rows = table()
+    unbalanced = [r[:2] + ["yes" if i % 20 else "no"] + r[3:] for i, r in enumerate(rows)]
+    assert rd.build_task("pkg/t", header, unbalanced)[1].startswith("minority")
+
+
+def test_multiclass_target_is_majority_vs_rest():
+    rng = np.random.default_rng(1)
+    kinds = rng.choice(["a", "b", "c"], 300, p=[0.5, 0.3, 0.2])
+    rows = [[str(i), kinds[i], f"{rng.standard_normal():.5f}", f"{rng.standard_normal():.5f}", f"{i % 7}"]
+            for i in range(300)]
+    task, reason = rd.build_task("pkg/m", ["", "kind", "x1", "x2", "x3"], rows)
+    assert reason == "kept" and task.target == "kind"
+    np.testing.assert_array_equal(task.y, (kinds != "a").astype(int))
+
+
+def test_prepare_select_and_cache_from_an_archive(tmp_path):
+    header, rows = table()
+    archive = archive_of({"P/one": (header, rows), "P/two": table(seed=1), "P/three": table(seed=2),
+                          "Q/copy": (header, rows), "Q/small": table(n=50)}, tmp_path / "resources.tar.gz")
+    tasks, reasons = rd.select_tasks(archive=archive)
+    assert [t.name for t in tasks] == ["P/one", "P/three"]            # sorted, at most 2 per package
+    assert reasons["P/two"].startswith("2 tasks of P") and reasons["Q/copy"] == "duplicate of an earlier task"
+    assert reasons["Q/small"] == "50 rows"
+    for t in tasks:
+        assert len(t.splits) == rd.NUM_SPLITS
+        for train, test in t.splits:
+            assert len(train) == 100 and len(test) == 100 and not set(train) & set(test)
+            assert abs(t.y[train].mean() - t.y.mean()) < 0.02               # stratified
+    path = str(tmp_path / "suite.npz")
+    loaded = rd.load_suite(path, archive=archive)
+    assert [t.name for t in loaded] == ["P/one", "P/three"]
+    np.testing.assert_array_equal(loaded[0].X, tasks[0].X)
+    np.testing.assert_array_equal(loaded[0].splits[3][1], tasks[0].splits[3][1])
+    # A second load reads the cache (no archive needed); another selection rebuilds it.
+    assert [t.name for t in rd.load_suite(path, archive=str(tmp_path / "absent.tar.gz"))] == ["P/one", "P/three"]
+    assert [t.name for t in rd.load_suite(path, items={"P/two"}, archive=archive)] == ["P/two"]
+    report = rd.suite_report(loaded)
+    assert "## Rule" in report and "| P/one | outcome | 200 | 3 | 1 |" in report
+
+
+def test_one_real_task_end_to_end(tmp_path):
+    """From the installed package: prepare one task, run our classifier and every baseline, report."""
+    path = str(tmp_path / "suite.npz")
+    tasks = rd.load_suite(path, items={"MASS/Pima.tr"})
+    assert [t.name for t in tasks] == ["MASS/Pima.tr"]
+    task = tasks[0]
+    assert task.X.shape == (200, 7) and task.target == "type" and len(task.splits) == 5
+    ours = ev.evaluate_suite(tiny_classifier, tasks, splits_per_task=2)
+    assert ours["splits"] == 2 and 0 <= ours["roc_auc"] <= 1 and set(ours["per_task"]) == {"MASS/Pima.tr"}
+    cache = str(tmp_path / "baselines.json")
+    baselines = ev.baseline_scores(tasks, path=cache)
+    assert set(baselines) == set(ev.BASELINE_SETTINGS)
+    assert all(r["splits"] == 5 and r["roc_auc"] > 0.7 for r in baselines.values())   # a learnable task
+    with pytest.MonkeyPatch.context() as mp:   # the second call reads the cache
+        mp.setattr(ev, "make_baseline", lambda *a, **k: pytest.fail("baselines recomputed"))
+        assert ev.baseline_scores(tasks, path=cache) == baselines
+    summary = ev.compare({"nanotabpfn": ours, **baselines}, "nanotabpfn")
+    assert summary["splits"] == 2 and set(summary["methods"]) == {"nanotabpfn", *ev.BASELINE_SETTINGS}
+    ranks = [e["mean_rank"] for e in summary["methods"].values()]
+    assert sum(ranks) == pytest.approx(sum(range(1, 7))) and all(1 <= r <= 6 for r in ranks)
+    md, js = ev.write_comparison(summary, str(tmp_path / "r" / "suite.md"), str(tmp_path / "r" / "suite.json"))
+    text = open(md).read()
+    assert "| lightgbm |" in text and "MASS/Pima.tr" in text
+    assert json.load(open(js))["methods"]["knn"]["wins"] in (0, 1)
+    quick = ev.suite_eval(tiny_classifier(), tasks, baselines)
+    assert set(quick) >= {"roc_auc", "rank", "per_task", "seconds", "baselines_roc_auc"} and 1 <= quick["rank"] <= 6
+    one = ev.baseline_scores(tasks, path=cache, splits_per_task=1)       # its own cache entries
+    assert all(r["splits"] == 1 for r in one.values()) and ev.baseline_scores(tasks, path=cache) == baselines
+    evaluate_now = ev.make_suite_eval(tasks, splits_per_task=1, baselines_path=cache)
+    scores = evaluate_now(tiny_classifier())
+    assert scores["rank"] is not None and scores["baselines_roc_auc"]["knn"] == one["knn"]["roc_auc"]
+
+
+def test_compare_ranks_and_wins():
+    per_split = {"ours": {"t1#0": 0.9, "t2#0": 0.6, "t3#0": 0.7},
+                 "rf": {"t1#0": 0.8, "t2#0": 0.7, "t3#0": 0.7},
+                 "lr": {"t1#0": 0.5, "t2#0": 0.5, "t3#0": 0.5}}
+    results = {m: ev.summarize(s, seconds=1.5) for m, s in per_split.items()}
+    summary = ev.compare(results, "ours")
+    rf = summary["methods"]["rf"]
+    assert (rf["wins"], rf["ties"], rf["losses"]) == (1, 1, 1)
+    assert summary["methods"]["lr"]["wins"] == 3
+    assert summary["methods"]["ours"]["mean_rank"] == pytest.approx((1 + 2 + 1.5) / 3)
+    assert summary["methods"]["lr"]["mean_rank"] == 3
+    assert summary["methods"]["ours"]["seconds_per_split"] == pytest.approx(0.5)
+
+
+def test_first_time_passing():
+    baselines = {"rf": {"roc_auc": 0.8}, "lr": {"roc_auc": 0.7}, "gbm": {"roc_auc": 0.95}}
+    history = [{"step": 10, "train_seconds": 1.0, "scores": {"roc_auc": 0.65}},
+               {"step": 20, "train_seconds": 2.0, "scores": {"roc_auc": 0.75}},
+               {"step": 30, "train_seconds": 3.0, "scores": {"roc_auc": 0.85, "baselines_roc_auc": {"rf": 0.9}}},
+               {"step": 40, "train_seconds": 4.0, "scores": {"roc_auc": 0.91}}]
+    passed = ev.first_time_passing(history, baselines)
+    assert passed["lr"] == {"step": 20, "train_seconds": 2.0, "bar": 0.7}
+    assert passed["rf"] == {"step": 40, "train_seconds": 4.0, "bar": 0.8}   # step 30's same-split bar was 0.9
+    assert passed["gbm"] is None
+
+
+def test_toy_suite_smoke():
+    splits = ev.eval_splits(max_train_rows=60, num_splits=2)
+    assert [s[0] for s in splits[::2]] == list(ev.EVAL_TASKS)
+    assert all(len(s[1]) <= 60 and s[1].dtype == np.float32 for s in splits)
+    scores = ev.evaluate(ev.RandomForestReference(), splits[:2])
+    assert scores["roc_auc"] > 0.95 and set(scores["per_task_roc_auc"]) == {"breast_cancer"}
+    line = ev.format_scores("random forest", scores)
+    assert line.startswith(" random forest | roc_auc") and "breast_cancer roc_auc" in line and "\n" not in line
