@@ -7,6 +7,7 @@ train_optimized.py runs the same loop with its flags; with every flag off it is 
     python train.py                          # small default dump under data/, CPU or GPU
     python train.py --data dump.h5 --steps 2500 --profile
 """
+import contextlib
 import math
 import os
 import sys
@@ -236,10 +237,10 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         log(f"resumed from {config.ckpt} at step {step}")
     history, fingerprints, stop = [], [], StopRequest(enabled=bool(config.ckpt))
     state = LoopState(model, optimizer, loader, config, checkpoint_meta, losses, clock, timer, device, log, history,
-                      eval_fn, scalars, rank, world_size, total)
+                      eval_fn, scalars, rank, world_size, total, *eval_interval(config.eval_every))
     batches = iter(loader)
     try:
-        with stop, (profiler or _nothing()):
+        with stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < total:
                 graphs_before = _compiled_graphs() if config.compile else 0
                 started = time.perf_counter()
@@ -276,14 +277,6 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     return _result(model, optimizer, losses, timer, clock, step, history, stop, fingerprints, profiler, device)
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _compiled(clock, seconds, step, log):
     clock.exclude(seconds)
     log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
@@ -318,6 +311,8 @@ class LoopState:
     rank: int
     world_size: int
     total: int
+    eval_steps: int
+    eval_seconds: float
 
 
 def _at_interval(step, stop, s: LoopState) -> bool:
@@ -326,10 +321,9 @@ def _at_interval(step, stop, s: LoopState) -> bool:
     at_log = step % config.log_every == 0 or step == s.total
     # Eval and save points depend on the config only, so they are the same step on every rank; an eval
     # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
-    every_steps, every_seconds = eval_interval(config.eval_every)
-    at_eval = every_steps > 0 and step % every_steps == 0
-    if every_seconds > 0 and at_log:
-        at_eval = clock.train_seconds + time.perf_counter() - clock.start >= every_seconds * (len(s.history) + 1)
+    at_eval = s.eval_steps > 0 and step % s.eval_steps == 0
+    if s.eval_seconds > 0 and at_log:
+        at_eval = clock.train_seconds + time.perf_counter() - clock.start >= s.eval_seconds * (len(s.history) + 1)
     at_save = bool(config.ckpt) and config.save_every > 0 and step % config.save_every == 0
     at_check = at_log or at_eval or at_save
     stop_now, budget_hit = stop.requested is not None, clock.over_budget()

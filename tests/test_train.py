@@ -269,17 +269,17 @@ def test_eval_time_is_not_training_time_when_a_budget_ends_the_run(dump):
     torch.manual_seed(0)
     model = NanoTabPFNModel()
     loader = make_loader(dump, 4, torch.device("cpu"), LoaderConfig())
-    config = T.TrainConfig(batch_size=4, time_budget=3.0, eval_every=2, log_every=2, timing_warmup=0)
+    config = T.TrainConfig(batch_size=4, time_budget=3.0, eval_every="1", log_every=2, timing_warmup=0)
     calls = []
 
-    def slow_eval(model, optimizer):   # the first eval takes 4 s, longer than the whole budget
+    def slow_eval(model, optimizer):   # the first eval takes 6 s, twice the whole budget
         calls.append(1)
-        _time.sleep(4.0 if len(calls) == 1 else 0.0)
+        _time.sleep(6.0 if len(calls) == 1 else 0.0)
         return {"roc_auc": 0.5, "acc": 0.5, "balanced_acc": 0.5}
 
     result = T.train(model, loader, config, eval_fn=slow_eval)
     assert result.eval_history, "the slow eval ran"
-    assert 3.0 <= result.train_seconds < 4.0, result.train_seconds   # no 4 s eval counted as training
+    assert 3.0 <= result.train_seconds < 6.0, result.train_seconds   # no 6 s eval counted as training
 
 
 def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
@@ -503,3 +503,11 @@ def test_two_node_c10d_rendezvous_and_graphed_ddp_step_match_ddp(dump, tmp_path)
     assert b["world_size"] == 2 and b["config"]["train"]["cuda_graphs"]
     assert b["per_rank"][0]["param_sha256"] == b["per_rank"][1]["param_sha256"]   # ranks stay identical
     assert b["losses"] == pytest.approx(a["losses"], rel=1e-4, abs=1e-5)             # = DDP's averaged gradients
+
+
+def test_eval_every_takes_steps_or_seconds():
+    from train import eval_interval
+    assert eval_interval("2000") == (2000, 0.0) and eval_interval("30s") == (0, 30.0) and eval_interval("0") == (0, 0.0)
+    for bad in ("-1", "xs", "nan"):
+        with pytest.raises(ValueError):
+            eval_interval(bad)
