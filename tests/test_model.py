@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from classifier import NanoTabPFNClassifier
 from model import ModelConfig, NanoTabPFNModel, padded_test_row_mask
 
 SMALL = dict(embedding_size=16, num_attention_heads=4, mlp_hidden_size=24, num_layers=2, num_outputs=3)
@@ -390,28 +389,3 @@ def test_cuda_compiled_flex_matches_sdpa_mask_with_grads(rows_max):
 
 
 # ---------------------------------------------------------------- classifier
-
-
-def toy_data(n_train=40, n_test=15, features=4, num_classes=2, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n_train + n_test, features)).astype(np.float32)
-    y = np.arange(n_train + n_test) % num_classes
-    rng.shuffle(y)
-    return X[:n_train], y[:n_train], X[n_train:], y[n_train:]
-
-
-def test_classifier_maps_labels():
-    model = make_model(11)
-    X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=1)
-    plain = NanoTabPFNClassifier(model).fit(X_train, y_train)
-    names = np.array(["cat", "dog", "emu"])
-    named = NanoTabPFNClassifier(model).fit(X_train, names[y_train])
-    shifted = NanoTabPFNClassifier(model).fit(X_train, y_train * 5 + 3)   # labels 3, 8, 13
-    np.testing.assert_array_equal(named.classes_, names)
-    np.testing.assert_allclose(named.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
-    np.testing.assert_allclose(shifted.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
-    np.testing.assert_array_equal(named.predict(X_test), names[plain.predict(X_test)])
-    np.testing.assert_array_equal(shifted.predict(X_test), plain.predict(X_test) * 5 + 3)
-    assert set(plain.predict(X_test)) <= {0, 1, 2}
-
-
