@@ -386,6 +386,3 @@ def test_cuda_compiled_flex_matches_sdpa_mask_with_grads(rows_max):
     torch.testing.assert_close(out_f, out_m, rtol=1e-3, atol=1e-4)
     for name in grads_m:
         torch.testing.assert_close(grads_f[name], grads_m[name], rtol=1e-3, atol=1e-3, msg=lambda m: f"{name}: {m}")
-
-
-# ---------------------------------------------------------------- classifier
