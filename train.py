@@ -285,8 +285,12 @@ def _compiled(clock, seconds, step, log):
 
 def _resume(model, optimizer, resume_state, config, world_size):
     train_state = resume_state["train_state"]
-    unwrap(model).load_state_dict(train_state["model"])
-    optimizer.load_state_dict(train_state["optimizer"])
+    try:
+        unwrap(model).load_state_dict(train_state["model"])
+        optimizer.load_state_dict(train_state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"checkpoint {config.ckpt}: its tensors do not match its model_config or optimizer "
+                              f"({str(e).splitlines()[0][:120]})") from None
     set_rng_state(train_state["rng"])
     losses = LossLog(not config.async_loss, world_size, train_state["losses"])
     return resume_state["step"], losses, Clock(config.time_budget, train_state["train_seconds"])

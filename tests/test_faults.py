@@ -160,3 +160,15 @@ def test_sigkill_during_checkpoint_writes_never_leaves_a_partial_checkpoint(tmp_
                 "--resume"])
     assert p.returncode == 0, p.stderr
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_a_checkpoint_whose_tensors_disagree_with_its_config_is_one_line(dump, tmp_path):
+    ck = tmp_path / "c.pt"
+    common = ["train_optimized.py", "--data", dump, *QUIET, "--ckpt", str(ck)]
+    assert script([*common, "--steps", "2"]).returncode == 0
+    state = torch.load(str(ck), weights_only=True)
+    name = next(k for k in state["train_state"]["model"] if k.endswith("linear1.weight"))
+    state["train_state"]["model"][name] = state["train_state"]["model"][name][:, :-1]   # a wrong shape
+    torch.save(state, ck)
+    err = one_line_error(script([*common, "--steps", "4", "--resume"]), code=1)
+    assert "do not match" in err
