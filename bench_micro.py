@@ -1,13 +1,11 @@
-"""Micro-benchmarks in this process: each loader without training, and the datapoint attention alone.
-
-Both call the repository's own code (loaders.make_loader, model.datapoint_attention), never a copy of it.
-"""
+"""Micro-benchmarks in this process with the repository's own code: each loader without training
+(loaders.make_loader), and the datapoint attention alone (model.datapoint_attention)."""
 import statistics
 import time
 
 import torch
 
-from bench_report import Progress
+from bench_report import Progress, table
 from profile_utils import md_cell
 from dump_format import one_line
 from loaders import LoaderConfig, make_loader
@@ -54,8 +52,7 @@ def timed_ms(device, fn):
     return start.elapsed_time(end), result
 
 
-# ---------------------------------------------------------------------------------------------
-# Loaders.
+# ---- Loaders -------------------------------------------------------------------------------------
 
 def copy_ms(device, tensors, repeats):
     """{"pinned", "pageable"}: median ms (CUDA events) of copying `tensors` host-to-device; None on CPU."""
@@ -70,13 +67,6 @@ def copy_ms(device, tensors, repeats):
         out[kind] = statistics.median(
             timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src])[0] for _ in range(repeats))
     return out
-
-
-def h2d_bandwidth(device, nbytes, repeats=10):
-    """{"pinned", "pageable"} -> {"bytes", "median_ms", "gb_per_s"} of one `nbytes` copy; None on CPU."""
-    ms = copy_ms(device, [torch.ones(nbytes, dtype=torch.uint8)], repeats)   # written once: no page faults
-    return None if ms is None else {kind: {"bytes": nbytes, "median_ms": t, "gb_per_s": nbytes / (t / 1e3) / 1e9,
-                                           "repeats": repeats} for kind, t in ms.items()}
 
 
 def measure_loader(info, batch_size, device, fields, warmup, batches):
@@ -112,7 +102,10 @@ def measure_loader(info, batch_size, device, fields, warmup, batches):
 def run_loaders(shapes, infos, device, repeats, batches, h2d_mib):
     """Every loader of LOADER_CONFIGS per workload, interleaved over repeats, with the host-to-device
     reference measured in the same process. Returns {"h2d", "batch_copy_us", "rows", "measurements"}."""
-    h2d = h2d_bandwidth(device, h2d_mib << 20)
+    nbytes = h2d_mib << 20
+    ms = copy_ms(device, [torch.ones(nbytes, dtype=torch.uint8)], 10)   # written once: no page faults
+    h2d = ms and {kind: {"bytes": nbytes, "median_ms": t, "gb_per_s": nbytes / (t / 1e3) / 1e9, "repeats": 10}
+                  for kind, t in ms.items()}
     copies = {}
     for w, s in shapes.items():
         ms = copy_ms(device, [torch.randn(s["batch_size"], s["rows"], s["features"]),
@@ -132,7 +125,7 @@ def run_loaders(shapes, infos, device, repeats, batches, h2d_mib):
         progress.line(f"{workload} r{repeat}/{repeats} {name}", what, time.perf_counter() - t0)
     rows = {w: [_loader_row(name, [r for r in results if r["workload"] == w and r["loader_config"] == name],
                             shapes[w]["batch_size"], h2d) for name, _ in LOADER_CONFIGS] for w in shapes}
-    return {"h2d": h2d, "batch_copy_us": copies, "rows": rows, "measurements": results}
+    return {"h2d": h2d or None, "batch_copy_us": copies, "rows": rows, "measurements": results}
 
 
 def _loader_row(name, mine, batch_size, h2d):
@@ -160,28 +153,23 @@ def loaders_lines(data, shapes, dump_names, h2d_mib):
         lines.append("- n/a: the bandwidth comparison needs CUDA; the GB/s below are bytes delivered into host "
                      "tensors")
     for workload, wrows in data["rows"].items():
-        s = shapes[workload]
+        s, ok = shapes[workload], [row for row in wrows if row["status"] == "ok"]
         lines += ["", f"## {workload} workload", "", f"batch {s['batch_size']} x {s['rows']} rows x "
-                  f"{s['features']} features; dump `{dump_names[workload]}`", "",
-                  "| loader | data path | batches/s | ms/batch | datasets/s | GB/s delivered | % of pinned H2D |"
-                  " set-up s (untimed) |", "|---|---|---|---|---|---|---|---|"]
-        notes = []
-        for row in wrows:
-            if row["status"] != "ok":
-                notes.append(f"- `{row['loader_config']}`: {row['status']}")
-                continue
-            share = (f"{100 * row['share_of_pinned_h2d']:.1f}%" if row["share_of_pinned_h2d"] is not None
-                     else "n/a (no copy)" if str(row["path"]).startswith("resident") and h2d else "n/a")
-            lines.append(f"| {row['loader_config']} | {md_cell(row['path'])} | {row['batches_per_s']:.1f} | "
-                         f"{row['ms_per_batch']:.3f} | {row['datasets_per_s']:.0f} | {row['gb_per_s']:.3f} | "
-                         f"{share} | {row['setup_s']:.2f} |")
-            notes += [f"- `{row['loader_config']}`: {n}" for n in row["notes"]]
+                  f"{s['features']} features; dump `{dump_names[workload]}`", ""]
+        lines += table(["loader", "data path", "batches/s", "ms/batch", "datasets/s", "GB/s delivered",
+                        "% of pinned H2D", "set-up s (untimed)"], [[
+            row["loader_config"], md_cell(row["path"]), f"{row['batches_per_s']:.1f}", f"{row['ms_per_batch']:.3f}",
+            f"{row['datasets_per_s']:.0f}", f"{row['gb_per_s']:.3f}",
+            f"{100 * row['share_of_pinned_h2d']:.1f}%" if row["share_of_pinned_h2d"] is not None
+            else "n/a (no copy)" if str(row["path"]).startswith("resident") and h2d else "n/a",
+            f"{row['setup_s']:.2f}"] for row in ok])
+        notes = [f"- `{row['loader_config']}`: {n}" for row in wrows
+                 for n in (row["notes"] if row["status"] == "ok" else [row["status"]])]
         lines += [""] + notes if notes else []
     return lines + [""]
 
 
-# ---------------------------------------------------------------------------------------------
-# The datapoint attention alone.
+# ---- The datapoint attention alone ---------------------------------------------------------------
 
 def attention_kernels(device):
     """[(kernel, "all" | "median")] of ATTENTION_KERNELS that run on `device`."""
@@ -194,54 +182,47 @@ def attention_flop(N, H, R, S, D, head_dim=None):
 
 
 def attention_floors_ms(N, H, R, S, D):
-    """Hopper floors of one layer's forward + backward: {"sfu_ms": the exponentials (forward + the
-    backward's recomputation, 2·N·H·R·S) at SFU_EXP_PER_S, "tensor_core_ms": the FLOP with the head padded
-    to TENSOR_CORE_HEAD_DIM at TENSOR_CORE_FLOPS}."""
+    """Hopper floors of one layer's forward + backward: sfu_ms (2·N·H·R·S exponentials, forward and the
+    backward's recomputation) and tensor_core_ms (the FLOP with the head padded to TENSOR_CORE_HEAD_DIM)."""
     padded = max(D, TENSOR_CORE_HEAD_DIM)
     return {"sfu_ms": 2 * N * H * R * S / SFU_EXP_PER_S * 1e3,
             "tensor_core_ms": attention_flop(N, H, R, S, D, padded) / TENSOR_CORE_FLOPS * 1e3}
 
 
-def attention_call(kernel, qkv, grad, split, fn, block_mask):
-    """One forward + backward of model.datapoint_attention on q/k/v views of the in-projection's (N, R, 3, H, D)
-    buffer: every row queries the first `split` rows (sliced keys), or all R keys under `block_mask` (flex)."""
-    q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view
-    keys = slice(None) if block_mask is not None else slice(0, split)
-    k, v = qkv[:, keys, 1].transpose(1, 2), qkv[:, keys, 2].transpose(1, 2)     # (N, H, S, D)
-    fn(q, k, v, kernel, block_mask=block_mask).backward(grad)
-
-
 def time_attention(kernel, qkv, grad, split, device, repeats):
-    """{"first_ms" (host clock, includes per-shape planning or compiling), "times_ms"} of `repeats` calls
-    after 2 warm-ups (CUDA events, host clock on CPU)."""
+    """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms"} of `repeats` forward +
+    backward calls after 2 warm-ups, on q/k/v views of the in-projection's (N, R, 3, H, D) buffer: every
+    row queries the first `split` rows (sliced keys), or all R keys under the block mask (flex)."""
     fn, block_mask = datapoint_attention, None
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)
         block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
+    keys = slice(None) if block_mask is not None else slice(0, split)
+
+    def call():
+        q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view
+        k, v = qkv[:, keys, 1].transpose(1, 2), qkv[:, keys, 2].transpose(1, 2)     # (N, H, S, D)
+        fn(q, k, v, kernel, block_mask=block_mask).backward(grad)
+
     _sync(device)
     t0 = time.perf_counter()
-    attention_call(kernel, qkv, grad, split, fn, block_mask)
+    call()
     _sync(device)   # why: the first call's cost includes its GPU work
     first = (time.perf_counter() - t0) * 1e3
     for _ in range(2):
-        attention_call(kernel, qkv, grad, split, fn, block_mask)
-    times = [timed_ms(device, lambda: attention_call(kernel, qkv, grad, split, fn, block_mask))[0]
-             for _ in range(repeats)]
+        call()
+    times = [timed_ms(device, call)[0] for _ in range(repeats)]
     qkv.grad = None
     return {"first_ms": first, "times_ms": times}
 
 
 def run_attention(shapes, device, repeats):
-    """Every kernel of attention_kernels(device) at each workload's shape and split quantiles.
-
-    Returns {workload: {"N", "H", "R", "D", "layers", "dtype", "rows": [...]}}; a row per (kernel, split)
-    with status, median / min / max ms (one layer), per_step_ms (all layers), tflops, floors and shares.
-    """
+    """Every kernel of attention_kernels(device) at each workload's shape and split quantiles:
+    {workload: {"N", "H", "R", "D", "layers", "dtype", "rows"}}, a row per (kernel, split)."""
     cfg = ModelConfig()
     H, D, layers = cfg.num_attention_heads, cfg.embedding_size // cfg.num_attention_heads, cfg.num_layers
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32   # bf16 is what the fast paths train in
-    kernels = attention_kernels(device)
-    plan = [(w, q, k) for w in shapes for q in ATTENTION_SPLIT_QUANTILES for k, splits in kernels
+    plan = [(w, q, k) for w in shapes for q in ATTENTION_SPLIT_QUANTILES for k, splits in attention_kernels(device)
             if splits == "all" or q == 0.5]
     progress = Progress(len(plan), "datapoint attention alone")
     results = {}
@@ -250,12 +231,10 @@ def run_attention(shapes, device, repeats):
         qkv = torch.randn(N, R, 3, H, D, device=device, dtype=dtype, requires_grad=True)
         grad = torch.randn(N, H, R, D, device=device, dtype=dtype)
         rows = []
-        for w, quantile, kernel in plan:
-            if w != workload:
-                continue
+        for quantile, kernel in ((q, k) for w, q, k in plan if w == workload):
             split, t0 = max(1, min(R, int(R * quantile))), time.perf_counter()
-            rows.append(_attention_row(kernel, qkv, grad, split, device, repeats, layers))
-            row = rows[-1]
+            row = _attention_row(kernel, qkv, grad, split, device, repeats, layers)
+            rows.append(row)
             progress.line(f"{workload} {kernel} split {split}", f"{row['median_ms']:.3f} ms (fwd+bwd, one layer), "
                           f"first call {row['first_ms']:.1f} ms" if row["status"] == "ok" else row["status"],
                           time.perf_counter() - t0)
@@ -281,7 +260,7 @@ def _attention_row(kernel, qkv, grad, split, device, repeats, layers):
 
 
 def attention_lines(results, targets):
-    """Markdown body of attention.md: one table per workload and the fastest kernel at the median split.
+    """Markdown body of attention.md: a table per workload and the fastest kernel at the median split;
     targets: {workload: step target in ms or None}."""
     def share(x):
         return f"{100 * x:.0f}%" if x is not None else "n/a"
@@ -289,18 +268,14 @@ def attention_lines(results, targets):
     lines = []
     for workload, r in results.items():
         lines += [f"## {workload} workload", "",
-                  f"N = B x C = {r['N']} sequences, H = {r['H']} heads of D = {r['D']}, R = {r['R']} rows", "",
-                  "| kernel | split S | fwd+bwd, one layer (ms) | range | per step, all layers (ms) | TFLOP/s |"
-                  " SFU floor (ms, share) | tensor-core floor (ms, share) | first call (ms) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for row in r["rows"]:
-            if row["status"] != "ok":
-                lines.append(f"| {row['kernel']} | {row['split']} | {row['status']} | | | | | | |")
-                continue
-            lines.append(f"| {row['kernel']} | {row['split']} | {row['median_ms']:.3f} | {row['min_ms']:.3f}–"
-                         f"{row['max_ms']:.3f} | {row['per_step_ms']:.2f} | {row['tflops']:.3g} | "
-                         f"{row['sfu_ms']:.3f} ({share(row['sfu_share'])}) | {row['tensor_core_ms']:.3f} "
-                         f"({share(row['tensor_core_share'])}) | {row['first_ms']:.1f} |")
+                  f"N = B x C = {r['N']} sequences, H = {r['H']} heads of D = {r['D']}, R = {r['R']} rows", ""]
+        lines += table(["kernel", "split S", "fwd+bwd, one layer (ms)", "range", "per step, all layers (ms)",
+                        "TFLOP/s", "SFU floor (ms, share)", "tensor-core floor (ms, share)", "first call (ms)"], [
+            [row["kernel"], row["split"], row["status"], "", "", "", "", "", ""] if row["status"] != "ok" else
+            [row["kernel"], row["split"], f"{row['median_ms']:.3f}", f"{row['min_ms']:.3f}–{row['max_ms']:.3f}",
+             f"{row['per_step_ms']:.2f}", f"{row['tflops']:.3g}", f"{row['sfu_ms']:.3f} ({share(row['sfu_share'])})",
+             f"{row['tensor_core_ms']:.3f} ({share(row['tensor_core_share'])})", f"{row['first_ms']:.1f}"]
+            for row in r["rows"]])
         median_split = max(1, min(r["R"], int(r["R"] * 0.5)))
         ok = [row for row in r["rows"] if row["status"] == "ok" and row["split"] == median_split]
         if ok:

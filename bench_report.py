@@ -1,8 +1,5 @@
-"""Results from run records: per-run summaries, aggregation over repeats, markdown tables, verdicts, plots.
-
-Pure functions of the JSON records that train_optimized.py writes with --record (profile_utils.make_run_record
-layout), so every table cell traces back to the runs behind it. matplotlib is imported inside the plots only.
-"""
+"""Results from run records (profile_utils.make_run_record's layout): per-run summaries, aggregation over
+repeats, markdown tables, verdicts, progress lines and plots. matplotlib is imported inside the plots only."""
 import datetime
 import os
 import platform
@@ -20,73 +17,39 @@ TARGETS = {
     "blog": {"step_ms": 15.0, "peak_gib": 3.0, "data_share": 0.01}, "upstream": {"step_ms": 2.0, "data_share": 0.01}}
 
 
-# ---------------------------------------------------------------------------------------------
-# One record -> one summary; repeats -> one row.
+# ---- One record -> one summary; repeats -> one row -----------------------------------------------
 
 def extra_of(record):
     extra = record.get("extra")
     return extra if isinstance(extra, dict) else {}
 
 
-def _field(record, key):
-    """A run-record field from "extra" (make_run_record's layout) or from the top level."""
-    value = extra_of(record).get(key)
-    return record.get(key) if value is None else value
-
-
-def step_times_ms(record):
-    """Per-step times (ms) of the timed steps when the record carries them, else None."""
-    timing = record.get("timing") or {}
-    for source in (timing, timing.get("step") or {}, extra_of(record)):
-        for key in ("step_times_ms", "values"):
-            values = source.get(key)
-            if isinstance(values, list) and values:
-                return [float(v) for v in values]
-    return None
-
-
 def summarize_record(record):
-    """The fields of one run record the tables use: step_ms (the run's median), step_p10 / step_p90,
-    step_times, phases {name: median ms}, data_share, peak_memory_bytes, data_path, attention_kernel,
-    final_loss, diagnosis, world_size, global_batch, measured_steps. KeyError without step timing."""
-    timing = record["timing"]
+    """The fields of one run record the tables use (step_ms is the run's median); KeyError without step timing."""
+    timing, ex = record["timing"], extra_of(record)
     step = timing["step"]
     if step.get("median") is None:
         raise KeyError("run record has no measured steps (all warm-up?)")
-    phases = {name: float(stats["median"]) for name, stats in (timing.get("phases") or {}).items()
-              if isinstance(stats, dict) and stats.get("median") is not None}
-    loader = _field(record, "loader") or {}
-    loss = _field(record, "final_loss")
-    world = int(_field(record, "world_size") or 1)
-    batch = ((record.get("config") or {}).get("train") or {}).get("batch_size")
-    global_batch = _field(record, "global_batch") or (batch * world if batch else None)
+    loss = ex.get("final_loss")
     return {
         "step_ms": float(step["median"]), "step_p10": float(step["median"] if step.get("p10") is None else step["p10"]),
         "step_p90": float(step["median"] if step.get("p90") is None else step["p90"]),
-        "step_times": step_times_ms(record), "phases": phases, "data_share": float(timing.get("data_share") or 0.0),
-        "peak_memory_bytes": int(_field(record, "peak_memory_bytes") or 0),
-        "data_path": _field(record, "data_path") or (loader.get("path") if isinstance(loader, dict) else None),
-        "attention_kernel": _field(record, "attention_kernel") or _field(record, "sdpa_backend"),
-        "final_loss": float(loss) if isinstance(loss, (int, float)) else None,
-        "diagnosis": _field(record, "diagnosis") or "", "world_size": world,
-        "global_batch": int(global_batch) if global_batch else None,
-        "measured_steps": int(timing.get("measured_steps") or step.get("n") or 0)}
-
-
-def verdict(diagnosis):
-    """The verdict of a profile_utils.diagnose() line ("input-bound", "GPU-bound", ...)."""
-    return diagnosis.split(":", 1)[0] if diagnosis else ""
+        "step_times": [float(v) for v in ex.get("step_times_ms") or []] or None,
+        "phases": {name: float(stats["median"]) for name, stats in (timing.get("phases") or {}).items()
+                   if isinstance(stats, dict) and stats.get("median") is not None},
+        "data_share": float(timing.get("data_share") or 0.0),
+        "peak_memory_bytes": int(ex.get("peak_memory_bytes") or 0), "data_path": ex.get("data_path"),
+        "attention_kernel": ex.get("attention_kernel") or ex.get("sdpa_backend"),   # sdpa_backend: older records
+        "final_loss": float(loss) if isinstance(loss, (int, float)) else None, "diagnosis": ex.get("diagnosis") or "",
+        "world_size": int(ex.get("world_size") or 1), "global_batch": int(ex["global_batch"]) if ex.get("global_batch")
+        else None, "measured_steps": int(timing.get("measured_steps") or step.get("n") or 0)}
 
 
 def aggregate(summaries):
-    """Combines the per-repeat summaries of one (workload, config).
-
-    Returns: median_ms (median of the runs' medians), min_ms / max_ms, p10_ms / p90_ms (of every step of
-    every repeat pooled when the records carry per-step times, else the lowest p10 and highest p90),
-    spread (which of the two), repeat_ms (in run order), phases (median per phase), data_share (median),
-    peak_memory_bytes (max), final_loss (median), data_path / attention_kernel / verdicts (distinct values),
-    diagnosis (of the median repeat), world_size, global_batch, repeats.
-    """
+    """Combines the per-repeat summaries of one (workload, config): median_ms (of the runs' medians), min/max,
+    p10_ms / p90_ms (of every step pooled when the records carry them, else lowest p10 / highest p90; `spread`
+    says which), repeat_ms (run order), phase and data-share medians, worst peak memory, the median repeat's
+    diagnosis."""
     medians = [s["step_ms"] for s in summaries]
     if all(s["step_times"] for s in summaries):
         pooled = percentiles([t for s in summaries for t in s["step_times"]])
@@ -94,28 +57,32 @@ def aggregate(summaries):
     else:
         p10, p90 = min(s["step_p10"] for s in summaries), max(s["step_p90"] for s in summaries)
         spread = "lowest p10 - highest p90 of the repeats"
-    names = [n for n in PHASES if any(n in s["phases"] for s in summaries)]
-    names += sorted({n for s in summaries for n in s["phases"]} - set(names))
     losses = [s["final_loss"] for s in summaries if s["final_loss"] is not None]
 
-    def distinct(key):
-        return " / ".join(str(v) for v in dict.fromkeys(s[key] for s in summaries if s[key]))
+    def distinct(values):
+        return " / ".join(str(v) for v in dict.fromkeys(v for v in values if v))
 
     return {
         "median_ms": statistics.median(medians), "min_ms": min(medians), "max_ms": max(medians),
         "p10_ms": p10, "p90_ms": p90, "spread": spread, "repeat_ms": medians,
-        "phases": {n: statistics.median(s["phases"].get(n, 0.0) for s in summaries) for n in names},
+        "phases": {n: statistics.median(s["phases"].get(n, 0.0) for s in summaries)
+                   for n in _phase_names(s["phases"] for s in summaries)},
         "data_share": statistics.median(s["data_share"] for s in summaries),
         "peak_memory_bytes": max(s["peak_memory_bytes"] for s in summaries),
         "final_loss": statistics.median(losses) if losses else None,
-        "data_path": distinct("data_path"), "attention_kernel": distinct("attention_kernel"),
-        "verdicts": " / ".join(dict.fromkeys(verdict(s["diagnosis"]) for s in summaries if s["diagnosis"])),
+        "data_path": distinct(s["data_path"] for s in summaries),
+        "attention_kernel": distinct(s["attention_kernel"] for s in summaries),
+        "verdicts": distinct(s["diagnosis"].split(":", 1)[0] for s in summaries),
         # The repeat at the median (the lower one of an even count) speaks for the row.
         "diagnosis": sorted(summaries, key=lambda s: s["step_ms"])[(len(summaries) - 1) // 2]["diagnosis"],
         "world_size": max(s["world_size"] for s in summaries),
-        "global_batch": max((s["global_batch"] or 0) for s in summaries) or None,
-        "repeats": len(summaries),
-    }
+        "global_batch": max((s["global_batch"] or 0) for s in summaries) or None, "repeats": len(summaries)}
+
+
+def _phase_names(phase_dicts):
+    """PHASES first, then any other phase name, sorted."""
+    seen = {n for d in phase_dicts for n in d}
+    return [n for n in PHASES if n in seen] + sorted(seen - set(PHASES))
 
 
 def add_speedups(rows, baseline="baseline"):
@@ -128,8 +95,7 @@ def add_speedups(rows, baseline="baseline"):
 
 def best_row(rows):
     """The measured row with the lowest median step time, or None."""
-    measured = [r for r in rows if r.get("median_ms")]
-    return min(measured, key=lambda r: r["median_ms"]) if measured else None
+    return min((r for r in rows if r.get("median_ms")), key=lambda r: r["median_ms"], default=None)
 
 
 def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baseline"):
@@ -155,8 +121,7 @@ def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baselin
 
 def check_targets(workload, row):
     """TARGETS of `workload` against a row: list of (what, target, measured, met)."""
-    targets = TARGETS.get(workload, {})
-    out = []
+    targets, out = TARGETS.get(workload, {}), []
     if "step_ms" in targets:
         out.append(("ms/step", f"<= {targets['step_ms']:g} ms", f"{row['median_ms']:.2f} ms",
                     row["median_ms"] <= targets["step_ms"]))
@@ -183,14 +148,18 @@ def targets_lines(all_rows, quick):
         if best is None:
             lines.append(f"- {workload}: no successful run")
             continue
-        for what, target, measured, met in check_targets(workload, best):
-            lines.append(f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, "
-                         f"`{best['config']}`)")
+        lines += [f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, `{best['config']}`)"
+                  for what, target, measured, met in check_targets(workload, best)]
     return lines + [""]
 
 
-# ---------------------------------------------------------------------------------------------
-# Markdown.
+# ---- Markdown ------------------------------------------------------------------------------------
+
+def table(headers, rows):
+    """Markdown lines of a plain table (cells as given, '|---|' rules)."""
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + \
+        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
 
 def fmt_bytes(n):
     return f"{n / 2**30:.2f} GiB" if n else "n/a (CPU)"
@@ -206,30 +175,27 @@ ABLATION_COLUMNS = ("config", "flags", "ms/step median [p10–p90]", "repeat med
 
 
 def ablation_table(rows, batch_size):
-    """Markdown lines of one workload's rows (rows_for()); configs that did not run become notes, and
-    each config's full diagnosis line follows the table. batch_size: datasets per step and rank."""
-    lines = ["| " + " | ".join(ABLATION_COLUMNS) + " |", "|" + "---|" * len(ABLATION_COLUMNS)]
-    notes, diagnoses = [], []
+    """Markdown lines of one workload's rows_for(); configs without a timing become notes, then each config's
+    diagnosis. batch_size: datasets per step and rank."""
+    cells, notes, diagnoses = [], [], []
     for row in rows:
         flags = " ".join(row["flags"]) or "(none)"
         if not row.get("median_ms"):
             notes.append(f"- `{row['config']}` (`{flags}`): {row['status']}")
             continue
-        speed = f"{row['speedup']:.2f}x" if row.get("speedup") else "—"
         per_s = (row["global_batch"] or row["world_size"] * batch_size) * 1000.0 / row["median_ms"]
-        loss = f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "—"
-        lines.append(
-            f"| {row['config']} | `{flags}` | {spread_cell(row['median_ms'], row['p10_ms'], row['p90_ms'])} | "
-            f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])} | {speed} | {per_s:.1f} | "
-            f"{row['phases'].get('data', 0.0):.2f} ms ({100 * row['data_share']:.1f}%) | "
-            f"{fmt_bytes(row['peak_memory_bytes'])} | {md_cell(row['data_path'])} | "
-            f"{md_cell(row['attention_kernel'])} | "
-            f"{loss} | {md_cell(row['verdicts'])} |")
+        cells.append([
+            row["config"], f"`{flags}`", spread_cell(row["median_ms"], row["p10_ms"], row["p90_ms"]),
+            f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])}",
+            f"{row['speedup']:.2f}x" if row.get("speedup") else "—", f"{per_s:.1f}",
+            f"{row['phases'].get('data', 0.0):.2f} ms ({100 * row['data_share']:.1f}%)",
+            fmt_bytes(row["peak_memory_bytes"]), md_cell(row["data_path"]), md_cell(row["attention_kernel"]),
+            f"{row['final_loss']:.4f}" if row.get("final_loss") is not None else "—", md_cell(row["verdicts"])])
         if row["status"] != "ok":
             notes.append(f"- `{row['config']}`: {row['status']}")
         diagnoses.append(f"- `{row['config']}`: {row['diagnosis']}")
-    return lines + ([""] + notes if notes else []) + (["", "Diagnoses (profile_utils.diagnose, the median repeat "
-                                                           "of each config):"] + diagnoses if diagnoses else [])
+    return table(ABLATION_COLUMNS, cells) + ([""] + notes if notes else []) + (
+        ["", "Diagnoses (profile_utils.diagnose, the median repeat of each config):"] + diagnoses if diagnoses else [])
 
 
 def gpu_label(gpus):
@@ -237,10 +203,8 @@ def gpu_label(gpus):
 
 
 def scaling_rows(runs, workload, gpus, batch_size):
-    """Rows of one workload's scaling table (runs labelled gpu_label(N)): gpus, status, world_size,
-    step_ms {median, p10, p90}, min_ms / max_ms, datasets_per_s (global batch / median step),
-    efficiency (datasets/s over N/N0 times that at the fewest count N0), data_share, peak_memory_bytes,
-    repeat_ms; a count without a record has only gpus and status."""
+    """Rows of one workload's scaling table (runs labelled gpu_label(N)): step_ms {median, p10, p90},
+    datasets_per_s (global batch / median step), efficiency (vs the fewest count); else only gpus and status."""
     rows, base = [], None
     for g in gpus:
         mine = [r for r in runs if r["workload"] == workload and r["config"] == gpu_label(g)]
@@ -264,44 +228,39 @@ def scaling_rows(runs, workload, gpus, batch_size):
 
 def scaling_table(wrows, unit):
     """Markdown lines of one workload's scaling rows; counts without a record become notes."""
-    lines = [f"| {unit} | ms/step median [p10–p90] | repeat medians min–max | datasets/s | scaling efficiency |"
-             " data wait | peak memory (rank 0) |", "|---|---|---|---|---|---|---|"]
-    notes = []
-    for row in wrows:
-        if "step_ms" in row:
-            s = row["step_ms"]
-            lines.append(f"| {row['gpus']} | {spread_cell(s['median'], s['p10'], s['p90'])} | "
-                         f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])} | {row['datasets_per_s']:.1f} | "
-                         f"{100 * row['efficiency']:.0f}% | {100 * row['data_share']:.1f}% | "
-                         f"{fmt_bytes(row['peak_memory_bytes'])} |")
-        if row["status"] != "ok":
-            notes.append(f"- {row['gpus']} {unit}: {row['status']}")
-    return lines + ([""] + notes if notes else [])
+    cells = [[row["gpus"], spread_cell(row["step_ms"]["median"], row["step_ms"]["p10"], row["step_ms"]["p90"]),
+              f"{format_ms(row['min_ms'])}–"
+              f"{format_ms(row['max_ms'])}", f"{row['datasets_per_s']:.1f}", f"{100 * row['efficiency']:.0f}%",
+              f"{100 * row['data_share']:.1f}%", fmt_bytes(row["peak_memory_bytes"])]
+             for row in wrows if "step_ms" in row]
+    notes = [f"- {row['gpus']} {unit}: {row['status']}" for row in wrows if row["status"] != "ok"]
+    return table([unit, "ms/step median [p10–p90]", "repeat medians min–max", "datasets/s", "scaling efficiency",
+                  "data wait", "peak memory (rank 0)"], cells) + ([""] + notes if notes else [])
 
 
 def quality_lines(runs, ttq):
     """One workload's quality table (per run, then the mean ROC AUC per configuration) and its time to quality."""
-    lines = ["| configuration | seed | final loss (mean of last 50 steps) | ROC AUC | accuracy | balanced accuracy |",
-             "|---|---|---|---|---|---|"]
-    evals = {}
+    cells, evals = [], {}
     for x in (x for x in runs if x["status"] == "ok"):
         ex = extra_of(x["record"])
         tail = ex["losses"][-50:]
-        lines.append(f"| {x['name']} | {x['seed']} | {sum(tail) / len(tail):.4f} | {ex['eval']['roc_auc']:.4f} | "
-                     f"{ex['eval']['acc']:.4f} | {ex['eval']['balanced_acc']:.4f} |")
+        cells.append([x["name"], x["seed"], f"{sum(tail) / len(tail):.4f}", f"{ex['eval']['roc_auc']:.4f}",
+                      f"{ex['eval']['acc']:.4f}", f"{ex['eval']['balanced_acc']:.4f}"])
         evals.setdefault(x["name"], []).append(ex["eval"]["roc_auc"])
         evals.setdefault("random forest", []).append(ex["random_forest"]["roc_auc"])
-    lines += [f"| **{name}**: mean over seeds | | | {statistics.mean(aucs):.4f} (min {min(aucs):.4f}, max "
-              f"{max(aucs):.4f}) | | |" for name, aucs in evals.items()]
+    cells += [[f"**{name}**: mean over seeds", "", "", f"{statistics.mean(aucs):.4f} (min {min(aucs):.4f}, max "
+               f"{max(aucs):.4f})", "", ""] for name, aucs in evals.items()]
+    lines = table(["configuration", "seed", "final loss (mean of last 50 steps)", "ROC AUC", "accuracy",
+                   "balanced accuracy"], cells)
     if ttq:
         reach = ttq["first_reach"]
         lines += ["", f"Time to quality (`{' '.join(ttq['flags'])} --time-budget {ttq['budget_s']:.0f} --eval-every "
                   f"{ttq['eval_every']}`, seed 0): {ttq['steps_done']} steps in {ttq['train_seconds']:.1f} s of "
                   f"training; final ROC AUC {ttq['final']['roc_auc']:.4f} vs the Random Forest's "
                   f"{ttq['random_forest']['roc_auc']:.4f}; first evaluation at or above it: "
-                  + (f"step {reach[0]}, {reach[1]:.1f} s." if reach else "none within the budget."), "",
-                  "| step | training seconds | ROC AUC |", "|---|---|---|"]
-        lines += [f"| {st} | {sec:.1f} | {auc:.4f} |" for st, sec, auc in ttq["history"]]
+                  + (f"step {reach[0]}, {reach[1]:.1f} s." if reach else "none within the budget."), ""]
+        lines += table(["step", "training seconds", "ROC AUC"],
+                       [[st, f"{sec:.1f}", f"{auc:.4f}"] for st, sec, auc in ttq["history"]])
     return lines + [""]
 
 
@@ -322,8 +281,7 @@ def print_summary(all_rows, quick, incomplete):
         print(line[2:])
 
 
-# ---------------------------------------------------------------------------------------------
-# --profile: the four TrainingProfiler tables of the baseline against the best configuration.
+# ---- --profile: the four TrainingProfiler tables of the baseline against the best configuration ---
 
 def split_profile_tables(markdown):
     """{kind: section} of TrainingProfiler.tables_markdown() (four "### title" sections)."""
@@ -336,49 +294,42 @@ def split_profile_tables(markdown):
     return out
 
 
-def markdown_rows(section):
-    """The first markdown table of a section as a list of {header: cell} dicts."""
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    if len(lines) < 2:
-        return []
+def _cell_of(section, name_col, name, value_col):
+    """A cell of the first markdown table of a section, by row name; None when absent or '—'."""
+    lines = [line for line in (section or "").splitlines() if line.startswith("|")]
 
     def cells(line):
         return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
-    headers = cells(lines[0])
-    return [dict(zip(headers, cells(line))) for line in lines[2:]]
-
-
-def _find(pattern, text):
-    match = re.search(pattern, text or "")
-    return match.group(1) if match else None
-
-
-def _cell_of(section, name_col, name, value_col):
-    row = next((r for r in markdown_rows(section or "") if r.get(name_col) == name), None)
+    row = next((r for r in (dict(zip(cells(lines[0]), cells(line))) for line in lines[2:])
+                if r.get(name_col) == name), None)
     value = row.get(value_col) if row else None
     return value if value not in (None, "", "—") else None
 
 
+def _find(pattern):
+    def get(text):
+        match = re.search(pattern, text or "")
+        return match.group(1) if match else None
+    return get
+
+
+# (what, figure of a section) compared per table kind.
+COMPARED = {
+    "cpu": [("self CPU time per profiled step", _find(r"\((\S+ \S+) per step\)"))],
+    "cuda": [("GPU time per profiled step", _find(r"\((\S+ \S+) per step;")),
+             ("GPU busy", _find(r"GPU busy (\S+) of"))],
+    "transfers": [(f"{op} {col.replace(' per step', ' time per step')}",
+                   lambda s, op=op, col=col: _cell_of(s, "Name", op, col))
+                  for op, col in (("cudaMemcpyAsync", "CPU per step"), ("cudaMemcpyAsync", "GPU per step"),
+                                  ("cudaStreamSynchronize", "CPU per step"), ("aten::item", "CPU per step"),
+                                  ("aten::copy_", "CPU per step"))],
+    "memory": [("peak allocated", lambda s: _cell_of(s, "Metric", "Peak allocated", "Value"))]}
+
+
 def compare_profile_table(kind, base, best):
     """One line comparing a table's figures, baseline -> best; empty when neither has them."""
-    pairs = []
-    if kind == "cpu":
-        pairs.append(("self CPU time per profiled step", _find(r"\((\S+ \S+) per step\)", base),
-                      _find(r"\((\S+ \S+) per step\)", best)))
-    elif kind == "cuda":
-        pairs.append(("GPU time per profiled step", _find(r"\((\S+ \S+) per step;", base),
-                      _find(r"\((\S+ \S+) per step;", best)))
-        pairs.append(("GPU busy", _find(r"GPU busy (\S+) of", base), _find(r"GPU busy (\S+) of", best)))
-    elif kind == "transfers":
-        for op, col in (("cudaMemcpyAsync", "CPU per step"), ("cudaMemcpyAsync", "GPU per step"),
-                        ("cudaStreamSynchronize", "CPU per step"), ("aten::item", "CPU per step"),
-                        ("aten::copy_", "CPU per step")):
-            pairs.append((f"{op} {col.replace(' per step', ' time per step')}", _cell_of(base, "Name", op, col),
-                          _cell_of(best, "Name", op, col)))
-    elif kind == "memory":
-        pairs.append(("peak allocated", _cell_of(base, "Metric", "Peak allocated", "Value"),
-                      _cell_of(best, "Metric", "Peak allocated", "Value")))
+    pairs = [(what, get(base), get(best)) for what, get in COMPARED[kind]]
     return "; ".join(f"{what}: {a or '—'} (baseline) → {b or '—'} (best)" for what, a, b in pairs if a or b)
 
 
@@ -396,8 +347,7 @@ def profile_lines(base_tables, best_tables, best_name):
     return lines
 
 
-# ---------------------------------------------------------------------------------------------
-# Headers, files, progress.
+# ---- Headers, files, progress --------------------------------------------------------------------
 
 def environment_of(records):
     """The environment block (GPU name, versions) of the first record that has one."""
@@ -430,34 +380,26 @@ def header_lines(title, command, env, extra=()):
 
 
 def write_outputs(out_dir, name, command, env, data, lines, more=()):
-    """Writes <name>.json (command, date, commit, device, environment, then `data`) and <name>.md
-    atomically; prints one "wrote ..." line. Returns the two paths."""
+    """Writes <name>.json (command, date, commit, device, environment, then `data`) and <name>.md atomically."""
     md_path, json_path = os.path.join(out_dir, f"{name}.md"), os.path.join(out_dir, f"{name}.json")
     write_json_atomic(json_path, {"command": command, "date": now_iso(), "git_commit": git_commit(),
                                   "device": device_name(env), "environment": env, **data})
     write_text_atomic(md_path, "\n".join(lines), "results table")
     print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path, *more]))
-    return md_path, json_path
 
 
 def format_duration(seconds):
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    h, rest = divmod(int(round(seconds)), 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 class Progress:
-    """Numbered progress lines with an ETA from the runs finished so far (`[3/12] label: text, ETA 4:10`).
-
-    Args:
-        total: runs planned. what: what will run, for the first line.
-        per_run_s: seconds a run should take, announced before any has finished (None: unknown).
-        basis: where per_run_s comes from ("a guess", "the earlier runs"). to_run: runs that will take time.
-    """
+    """Numbered progress lines with an ETA (`[3/12] label: text, ETA 4:10`); per_run_s: the seconds a run
+    should take before any has finished (basis: where it comes from); to_run: runs not reused."""
 
     def __init__(self, total, what, per_run_s=None, basis="a guess", to_run=None):
         self.total, self.done, self.seconds = total, 0, []
-        to_run = total if to_run is None else to_run   # runs that will take time (not reused ones)
+        to_run = total if to_run is None else to_run
         estimate = (f"roughly {format_duration(to_run * per_run_s)} ({format_duration(per_run_s)} a run, {basis})"
                     if per_run_s else "duration unknown until the first run ends")
         reused = f" ({total - to_run} reused)" if to_run != total else ""
@@ -474,22 +416,26 @@ class Progress:
         print(f"[{self.done}/{self.total}] {label}: {text}, {eta}", flush=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# Plots (matplotlib Agg, imported lazily; PNGs written atomically).
+# ---- Plots (matplotlib Agg, imported lazily; PNGs written atomically) ----------------------------
 
-def _pyplot():
+def _figure(rows, what, **kwargs):
+    """(plt, fig, axes) of a new figure; ValueError without rows."""
+    if not rows:
+        raise ValueError(f"{what}: no rows")
     import matplotlib
     matplotlib.use("Agg", force=True)   # headless: no display on CI or the GPU host
     import matplotlib.pyplot as plt
-    return plt
+    return (plt, *plt.subplots(**kwargs))
 
 
-def _save_png(fig, path):
+def _save_png(plt, fig, ax, path, title):
+    if title:
+        ax.set_title(title)
     try:
         with atomic_output(path, "plot") as tmp:
             fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     finally:
-        _pyplot().close(fig)
+        plt.close(fig)
     return os.fspath(path)
 
 
@@ -512,10 +458,10 @@ def plot_ablation(out_dir, name, all_rows):
         if not bars:
             continue
         written.append(save_plot(plot_phase_bars, bars, os.path.join(out_dir, f"{name}-{workload}-phases.png"),
-                                    f"{workload}: median ms/step by phase (tick: step median)"))
+                                 f"{workload}: median ms/step by phase (tick: step median)"))
         if any(r["config"] == "baseline" for r in bars):
             written.append(save_plot(plot_speedup, bars, os.path.join(out_dir, f"{name}-{workload}-speedup.png"),
-                                        f"{workload}: speedup vs baseline (ratio of medians)", baseline="baseline"))
+                                     f"{workload}: speedup vs baseline (ratio of medians)", baseline="baseline"))
     return [p for p in written if p]
 
 
@@ -524,30 +470,23 @@ def _step_median(row):
     return s.get("median") if isinstance(s, dict) else s
 
 
-def _bar_axes(plt, rows):
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
+def _bars(rows, what):
+    plt, fig, ax = _figure(rows, what, figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
     x = np.arange(len(rows))
     ax.set_xticks(x)
     ax.set_xticklabels([str(r.get("config", i)) for i, r in enumerate(rows)], rotation=30, ha="right")
     ax.grid(axis="y", alpha=0.3)
-    return fig, ax, x
+    return plt, fig, ax, x
 
 
 def plot_phase_bars(rows, path, title="Step time by phase"):
-    """Stacked bars of each phase's median per configuration; a black tick at the step median.
-
-    rows: [{"config", "phases": {phase: median ms}, "step_ms": {"median", ...} (optional)}]. Returns path.
-    """
-    if not rows:
-        raise ValueError("plot_phase_bars: no rows")
-    plt = _pyplot()
-    names = [p for p in PHASES if any(p in r.get("phases", {}) for r in rows)]
-    names += sorted({p for r in rows for p in r.get("phases", {})} - set(names))
+    """Stacked bars of each phase's median per configuration, a black tick at the step median;
+    rows [{"config", "phases": {phase: ms}, "step_ms": {"median", ...} (optional)}]. Returns path."""
+    plt, fig, ax, x = _bars(rows, "plot_phase_bars")
     colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange",
               "optimizer": "tab:green", "other": "tab:gray"}
-    fig, ax, x = _bar_axes(plt, rows)
     bottom = np.zeros(len(rows))
-    for name in names:
+    for name in _phase_names(r.get("phases", {}) for r in rows):
         vals = np.array([float(r.get("phases", {}).get(name) or 0.0) for r in rows])
         ax.bar(x, vals, 0.6, bottom=bottom, label=name, color=colors.get(name))
         bottom += vals
@@ -556,14 +495,13 @@ def plot_phase_bars(rows, path, title="Step time by phase"):
         ax.scatter([xi for xi, s in zip(x, steps) if s is not None], [s for s in steps if s is not None],
                    marker="_", s=600, color="black", zorder=3, label="step median")
     ax.set_ylabel("ms per step (median)")
-    ax.set_title(title)
     ax.legend(fontsize=8)
-    return _save_png(fig, path)
+    return _save_png(plt, fig, ax, path, title)
 
 
 def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
-    """Bars of baseline median / row median with the row's p10–p90 as error bars, or rows' given
-    "speedup" (with optional "speedup_p10" / "speedup_p90"). baseline: config name (default the first row)."""
+    """Bars of baseline median / row median with p10–p90 error bars, or of the rows' own "speedup" (optional
+    "speedup_p10" / "speedup_p90"). baseline: config name (default the first row)."""
     if not rows:
         raise ValueError("plot_speedup: no rows")
     base = rows[0] if baseline is None else next((r for r in rows if r.get("config") == baseline), None)
@@ -585,15 +523,13 @@ def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
         sp.append(s)
         lo.append(max(s - min(lo_v, hi_v), 0.0))
         hi.append(max(max(lo_v, hi_v) - s, 0.0))
-    plt = _pyplot()
-    fig, ax, x = _bar_axes(plt, rows)
+    plt, fig, ax, x = _bars(rows, "plot_speedup")
     ax.bar(x, sp, 0.6, yerr=[lo, hi], capsize=4, color="tab:blue")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     for xi, s in zip(x, sp):
         ax.annotate(f"{s:.2f}x", (xi, s), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
     ax.set_ylabel(f"speedup vs {base.get('config', 'baseline')} (p10–p90)")
-    ax.set_title(title)
-    return _save_png(fig, path)
+    return _save_png(plt, fig, ax, path, title)
 
 
 def _smooth(values, frac=0.02):
@@ -607,15 +543,11 @@ def _smooth(values, frac=0.02):
 
 
 def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=0.02):
-    """Loss curves with a run-to-run band: curves {name: (steps, losses) or [(steps, losses), ...]};
-    repeats are interpolated onto the first repeat's steps; band "minmax" or "std"; smooth: moving-average
-    window as a fraction of the curve (0: none), applied before the band."""
-    if not curves:
-        raise ValueError("plot_loss_curves: no curves")
+    """Loss curves {name: (steps, losses) or [(steps, losses), ...]} with a run-to-run band ("minmax" or "std");
+    repeats are interpolated onto the first one's steps; smooth: moving-average fraction (0: none)."""
     if band not in ("minmax", "std"):
         raise ValueError(f"band must be 'minmax' or 'std', got {band!r}")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plt, fig, ax = _figure(curves, "plot_loss_curves", figsize=(7, 4.5))
     for i, (name, runs) in enumerate(curves.items()):
         runs = [runs] if isinstance(runs, tuple) and len(runs) == 2 and np.ndim(runs[0]) == 1 else list(runs)
         if not runs:
@@ -636,19 +568,16 @@ def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=
             ax.fill_between(steps0, lo, hi, color=f"C{i % 10}", alpha=0.2, lw=0)
     ax.set_xlabel("step")
     ax.set_ylabel("loss" + (" (smoothed)" if smooth else ""))
-    ax.set_title(title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across repeats")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save_png(fig, path)
+    return _save_png(plt, fig, ax, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across "
+                     "repeats")
 
 
 def plot_scaling(rows, path, title="Multi-GPU scaling"):
     """Throughput (with ideal linear scaling from the fewest GPUs) and step time against GPUs:
     rows [{"gpus", "datasets_per_s", "step_ms": float or {"median", "p10", "p90"}, "config" (optional)}]."""
-    if not rows:
-        raise ValueError("plot_scaling: no rows")
-    plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    plt, fig, (ax1, ax2) = _figure(rows, "plot_scaling", ncols=2, figsize=(10, 4.2))
     groups = {}
     for r in rows:
         groups.setdefault(str(r.get("config", "")), []).append(r)
@@ -669,4 +598,4 @@ def plot_scaling(rows, path, title="Multi-GPU scaling"):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    return _save_png(fig, path)
+    return _save_png(plt, fig, ax1, path, None)

@@ -10,8 +10,7 @@
     python benchmark.py --quality               # loss curves and time to the Random Forest's ROC AUC
     python benchmark.py --budget-minutes 8 ...  # stop starting runs after 8 min; then the same + --resume
 
-Every figure is computed from the JSON run records train_optimized.py writes with --record; the results
-JSON keeps those records, so each table cell traces back to the runs behind it.
+Every figure comes from the run records (train_optimized.py --record) kept in the results JSON.
 """
 import hashlib
 import json
@@ -66,8 +65,6 @@ WORKLOADS = {
 QUICK_WORKLOADS = {
     "blog": dict(batch_size=2, rows=32, features=5, steps=6, warmup=2, num_datasets=64),
     "upstream": dict(batch_size=8, rows=12, features=5, steps=6, warmup=2, num_datasets=64)}
-# Seconds per run announced before the first run ends, when no earlier results file says better.
-RUN_SECONDS_GUESS = {"quick": 15, "full": 60}
 # Every file that shapes a measured run: --resume reuses runs only while their digest matches.
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
                     "graphed_step.py", "triton_attention.py", "profile_utils.py", "prior_dump.py", "runtime.py")
@@ -78,8 +75,8 @@ class RunError(Exception):
 
 
 def schedule(workloads, configs, repeats):
-    """The run order: per workload, repeat r runs every config once (A B C A B C), so drift over time hits
-    every configuration alike. Returns [(workload, repeat (1-based), config)]."""
+    """[(workload, repeat (1-based), config)]: per workload, each repeat runs every config once (A B C A B C),
+    so drift over time hits every configuration alike."""
     return [(w, r, c) for w in workloads for r in range(1, repeats + 1) for c in configs]
 
 
@@ -91,8 +88,7 @@ def rel(path):
     return os.path.relpath(path, REPO)
 
 
-# ---------------------------------------------------------------------------------------------
-# The machine, the output folder, the dumps.
+# ---- The machine, the output folder, the dumps ---------------------------------------------------
 
 def detect_env():
     """GPU name from nvidia-smi, so this process never opens a CUDA context (each run gets a clean GPU)."""
@@ -120,15 +116,11 @@ def default_out_dir(env):
     return os.path.join(REPO, "results", slug(name))
 
 
-def dump_path(shape, seed, device):
-    return os.path.join(REPO, "data", "bench", f"prior-n{shape['num_datasets']}-r{shape['rows']}"
-                                               f"-f{shape['features']}-c2-s{seed}-{device}.h5")
-
-
 def ensure_dump(shape, seed, device="cpu", timeout=3600):
-    """The cached dump for `shape` (generated first if missing, by prior_dump.write_dump in a child process:
-    the prior may run on CUDA, and this process must hold no CUDA context while runs use the GPU)."""
-    path = dump_path(shape, seed, device)
+    """The cached dump for `shape`, generated if missing by prior_dump.write_dump in a child process (the
+    prior may run on CUDA, and this process holds no CUDA context while runs use the GPU)."""
+    path = os.path.join(REPO, "data", "bench", f"prior-n{shape['num_datasets']}-r{shape['rows']}"
+                                               f"-f{shape['features']}-c2-s{seed}-{device}.h5")
     if os.path.exists(path):
         return path
     print(f"generating {rel(path)} ({shape['num_datasets']} datasets x {shape['rows']} rows x "
@@ -157,11 +149,10 @@ def child_env(distributed=False):
     return env
 
 
-# ---------------------------------------------------------------------------------------------
-# Running train_optimized.py.
+# ---- Running train_optimized.py ------------------------------------------------------------------
 
 def train_command(dump, shape, flags, record_path, device="auto", extra=(), nproc=None):
-    """The train_optimized.py command line of one run (through torchrun when nproc is given)."""
+    """The train_optimized.py command line of one timing run (through torchrun when nproc is given)."""
     args = ["train_optimized.py", "--data", dump, "--steps", str(shape["steps"]),
             "--batch-size", str(shape["batch_size"]), "--no-eval", "--log-every", str(shape["steps"]),
             "--timing-warmup", str(shape["warmup"]), "--record", record_path]
@@ -172,19 +163,9 @@ def train_command(dump, shape, flags, record_path, device="auto", extra=(), npro
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] + args
 
 
-def _last_line(text):
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def rejected_flags(returncode, stderr):
-    """True when train_optimized.py's argparse refused the flags."""
-    return returncode == 2 and ("unrecognized arguments" in stderr or "invalid choice" in stderr)
-
-
 def run_once(cmd, record_path, timeout):
-    """Runs one training process and reads its record: {"status" ("ok", "unsupported", "failed"),
-    "returncode", "wall_seconds", "error" (one line), "record"}."""
+    """Runs one training process and reads its record: {"status" ("ok", "unsupported": argparse refused the
+    flags, "failed"), "returncode", "wall_seconds", "error" (one line), "record"}."""
     if os.path.exists(record_path):
         os.remove(record_path)
     t0 = time.perf_counter()
@@ -201,12 +182,13 @@ def run_once(cmd, record_path, timeout):
         return {"status": "failed", "returncode": None, "wall_seconds": time.perf_counter() - t0,
                 "error": f"timed out after {timeout} s", "record": None}
     out = {"returncode": proc.returncode, "wall_seconds": time.perf_counter() - t0, "record": None, "error": ""}
-    if rejected_flags(proc.returncode, stderr):
-        return {**out, "status": "unsupported",
-                "error": "train_optimized.py does not accept these flags yet (" + _last_line(stderr) + ")"}
+    last_err, last_out = (([ln.strip() for ln in text.splitlines() if ln.strip()] or [""])[-1]
+                          for text in (stderr, stdout))
+    if proc.returncode == 2 and ("unrecognized arguments" in stderr or "invalid choice" in stderr):
+        return {**out, "status": "unsupported", "error": f"train_optimized.py does not accept these flags yet "
+                                                         f"({last_err})"}
     if proc.returncode != 0:
-        return {**out, "status": "failed", "error": f"exit {proc.returncode}: " + (_last_line(stderr) or
-                                                                                  _last_line(stdout))}
+        return {**out, "status": "failed", "error": f"exit {proc.returncode}: {last_err or last_out}"}
     try:
         with open(record_path) as f:
             record = json.load(f)
@@ -220,12 +202,6 @@ def slim_record(record):
     """The record as kept in the results JSON: all of it but the (long) profiler tables markdown."""
     extra = {k: v for k, v in br.extra_of(record).items() if k != "profile_tables"}
     return {**{k: v for k, v in record.items() if k != "extra"}, "extra": extra}
-
-
-def _display_command(cmd):
-    """The command as written to files: `python` for the interpreter, paths relative to the repo."""
-    shown = ["python" if c == sys.executable else c for c in cmd]
-    return [rel(c) if os.path.isabs(c) and c.startswith(REPO + os.sep) else c for c in shown]
 
 
 def result_text(result):
@@ -247,16 +223,14 @@ def run_seconds_guess(args):
             return statistics.median(walls), f"median of {len(walls)} runs in {args.name}.json"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    return RUN_SECONDS_GUESS["quick" if args.quick else "full"], "a guess"
+    return 15 if args.quick else 60, "a guess"
 
 
 def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=None, previous=None, deadline=None,
                what="runs"):
-    """Runs every (workload, repeat, config) in schedule() order, one process each, with numbered progress
-    lines and an ETA. flags_of: {config: flags} (default FLAGS); nproc_of: {config: processes} (torchrun);
-    previous: {(workload, repeat, config): run} reused (--resume); deadline: time.monotonic() after which
-    no run starts (status "pending"). Returns run dicts: workload, config, repeat, flags, command, status,
-    error, returncode, wall_seconds, record, summary."""
+    """Runs every schedule() entry in its own process with numbered progress lines. flags_of: {config: flags}
+    (default FLAGS); nproc_of: {config: processes} (torchrun); previous: {(workload, repeat, config): run} to
+    reuse (--resume); deadline: time.monotonic() after which no run starts (status "pending")."""
     flags_of, previous, unsupported, runs = flags_of or FLAGS, previous or {}, {}, []
     plan = schedule(list(shapes), configs, repeats)
     progress = br.Progress(len(plan), f"{what} ({len(shapes)} workloads x {len(configs)} configs x {repeats} "
@@ -264,9 +238,9 @@ def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=No
                            to_run=sum(key not in previous for key in plan))
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp:
         for workload, repeat, config in plan:
-            base = {"workload": workload, "config": config, "repeat": repeat, "flags": list(flags_of[config])}
+            base = {"workload": workload, "config": config, "repeat": repeat, "flags": list(flags_of[config]),
+                    "command": None, "returncode": None, "wall_seconds": 0.0, "record": None, "summary": None}
             label = f"{workload} r{repeat}/{repeats} {config}"
-            idle = {"command": None, "returncode": None, "wall_seconds": 0.0, "record": None, "summary": None}
             done = previous.get((workload, repeat, config))
             if done is not None:
                 runs.append({**done, "summary": br.summarize_record(done["record"]) if done["status"] == "ok"
@@ -275,22 +249,23 @@ def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=No
                     unsupported[config] = done["error"]
                 progress.line(label, result_text(done) + " (from the earlier run, --resume)")
                 continue
-            if config in unsupported or (deadline is not None and time.monotonic() > deadline):
-                # rejected once: the same flags are rejected every time; or the budget is spent
-                status, error = (("unsupported", unsupported[config]) if config in unsupported
-                                 else ("pending", "--budget-minutes spent"))
-                runs.append({**base, **idle, "status": status, "error": error})
-                progress.line(label, result_text(runs[-1]))
-                continue
-            record_path = os.path.join(tmp, f"{workload}-{slug(config)}-r{repeat}.json")
-            cmd = train_command(dumps[workload], shapes[workload], flags_of[config], record_path,
-                                device=args.device, extra=args.train_args_list, nproc=(nproc_of or {}).get(config))
-            result = run_once(cmd, record_path, args.run_timeout)
-            if result["status"] == "unsupported":
-                unsupported[config] = result["error"]
-            progress.line(label, result_text(result), result["wall_seconds"])
-            runs.append({**base, "command": shlex.join(_display_command(cmd)), **result,
-                         "summary": br.summarize_record(result["record"]) if result["record"] else None})
+            if config in unsupported:   # rejected once: the same flags are rejected every time
+                runs.append({**base, "status": "unsupported", "error": unsupported[config]})
+            elif deadline is not None and time.monotonic() > deadline:
+                runs.append({**base, "status": "pending", "error": "--budget-minutes spent"})
+            else:
+                record_path = os.path.join(tmp, f"{workload}-{slug(config)}-r{repeat}.json")
+                cmd = train_command(dumps[workload], shapes[workload], flags_of[config], record_path, args.device,
+                                    args.train_args_list, (nproc_of or {}).get(config))
+                result = run_once(cmd, record_path, args.run_timeout)
+                if result["status"] == "unsupported":
+                    unsupported[config] = result["error"]
+                # As written to files: `python` for the interpreter, paths relative to the repository.
+                shown = [rel(c) if os.path.isabs(c) and c.startswith(REPO + os.sep) else c
+                         for c in ("python" if c == sys.executable else c for c in cmd)]
+                runs.append({**base, "command": shlex.join(shown), **result,
+                             "summary": br.summarize_record(result["record"]) if result["record"] else None})
+            progress.line(label, result_text(runs[-1]), runs[-1]["wall_seconds"])
     return runs
 
 
@@ -304,6 +279,11 @@ def nothing_measured(runs, what):
     return True
 
 
+def env_of(runs, fallback):
+    """The environment of the first run record that has one, else `fallback`."""
+    return br.environment_of([r["record"] for r in runs if r.get("record")]) or fallback
+
+
 def best_json(best):
     return {w: {"config": b[0], "flags": b[1], "why": b[2]} for w, b in best.items()}
 
@@ -313,9 +293,9 @@ def runs_for_json(runs):
 
 
 def load_previous(path, shapes, dumps, args):
-    """The runs of an earlier <name>.json that --resume may reuse: successful ones (and flag rejections while
-    the training scripts are unchanged) with the same --quick, device, --train-args, code, workload shape and
-    dump, and the config's flags unchanged. Returns {(workload, repeat, config): run}."""
+    """{(workload, repeat, config): run} of an earlier <name>.json that --resume may reuse: successful runs (and
+    flag rejections while train.py / train_optimized.py are unchanged) with the same --quick, device,
+    --train-args, code, workload shape, dump and flags."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -330,7 +310,6 @@ def load_previous(path, shapes, dumps, args):
         print("resume: the code that shapes a run changed since the earlier runs; running everything", flush=True)
         return {}
     same = {w for w in shapes if (data.get("workloads") or {}).get(w) == {**shapes[w], "dump": rel(dumps[w])}}
-    # A rejection of flags still holds while train.py / train_optimized.py are unchanged.
     keep = ("ok", "unsupported") if data.get("train_sources") == train_sources() else ("ok",)
     return {(r["workload"], r["repeat"], r["config"]): r for r in data.get("runs", [])
             if r.get("status") in keep and (r.get("record") or r["status"] == "unsupported")
@@ -349,17 +328,15 @@ def _sources_digest(names):
 
 
 def train_sources():
-    """sha256 of train.py + train_optimized.py (to know whether a flag rejection is still current)."""
+    """sha256 of train.py + train_optimized.py (whether a flag rejection still holds)."""
     return _sources_digest(("train.py", "train_optimized.py"))
 
 
 def code_sources():
-    """sha256 of MEASURED_SOURCES."""
     return _sources_digest(MEASURED_SOURCES)
 
 
-# ---------------------------------------------------------------------------------------------
-# Command-line values.
+# ---- Command-line values -------------------------------------------------------------------------
 
 def _parse_list(text, known, what):
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -378,9 +355,9 @@ def resolve_workloads(args):
     for name in _parse_list(args.workloads, list(table), "workloads"):
         shape = dict(table[name])
         for key in ("steps", "batch_size", "rows", "num_datasets", "timing_warmup"):
-            value = getattr(args, key)
-            if value is not None and value < (0 if key == "timing_warmup" else 1):
-                raise UsageError(f"--{key.replace('_', '-')} must be at least {0 if key == 'timing_warmup' else 1}")
+            value, least = getattr(args, key), 0 if key == "timing_warmup" else 1
+            if value is not None and value < least:
+                raise UsageError(f"--{key.replace('_', '-')} must be at least {least}")
             if value is not None:
                 shape["warmup" if key == "timing_warmup" else key] = value
         if shape["steps"] <= shape["warmup"]:
@@ -411,8 +388,7 @@ def _workloads_json(shapes, dumps):
     return {w: {**shapes[w], "dump": rel(dumps[w])} for w in shapes}
 
 
-# ---------------------------------------------------------------------------------------------
-# Mode: the ablation.
+# ---- Mode: the ablation --------------------------------------------------------------------------
 
 def mode_ablation(args, command):
     """Runs the matrix and writes <name>.md, <name>.json and the PNGs. Returns (exit code, rows, out dir)."""
@@ -425,7 +401,7 @@ def mode_ablation(args, command):
                       what="ablation")
     if nothing_measured(runs, "run"):
         return 1, {}, out_dir
-    env = br.environment_of([r["record"] for r in runs if r["record"]]) or planned_env(args)
+    env = env_of(runs, planned_env(args))
     pending = sum(r["status"] == "pending" for r in runs)
     incomplete = ([f"- INCOMPLETE: {len(runs) - pending} of {len(runs)} runs done when --budget-minutes "
                    f"{args.budget_minutes:g} ran out; rerun the same command with --resume to finish"]
@@ -457,27 +433,22 @@ def mode_ablation(args, command):
     return (1 if any(r["status"] == "failed" for r in runs) else 0), all_rows, out_dir
 
 
-# ---------------------------------------------------------------------------------------------
-# Mode: --profile, the blog's four tables for the baseline and the best configuration.
+# ---- Mode: --profile, the blog's four tables for the baseline and the best configuration ---------
 
 def best_configs(args, shapes, out_dir):
-    """{workload: (name, flags, why)} of the configuration to profile / scale (None where unknown):
-    --best-flags, else the lowest median of <out>/<name>.json (an earlier ablation)."""
+    """{workload: (name, flags, why) or None} to profile / scale: --best-flags, else the lowest median of
+    <out>/<name>.json (an earlier ablation)."""
     if args.best_flags is not None:
         return {w: ("best", shlex.split(args.best_flags), "given with --best-flags") for w in shapes}
     path = os.path.join(out_dir, f"{args.name}.json")
-    found = {w: None for w in shapes}
     try:
         with open(path) as f:
             rows = json.load(f).get("rows", {})
     except (OSError, ValueError):
-        return found
-    for w in shapes:
-        best = br.best_row(rows.get(w, []))
-        if best:
-            found[w] = (best["config"], best["flags"], f"lowest median ms/step ({format_ms(best['median_ms'])}) "
-                                                       f"in {rel(path)}")
-    return found
+        rows = {}
+    best = {w: br.best_row(rows.get(w, [])) for w in shapes}
+    return {w: b and (b["config"], b["flags"], f"lowest median ms/step ({format_ms(b['median_ms'])}) in {rel(path)}")
+            for w, b in best.items()}
 
 
 def mode_profile(args, command):
@@ -498,12 +469,12 @@ def mode_profile(args, command):
         flags_of = {"baseline": []} | ({name if name != "baseline" else "best": flags} if flags else {})
         with_profile = {c: f + ["--profile", "--profile-dir", os.path.join(trace_root, f"{workload}-{slug(c)}")]
                         for c, f in flags_of.items()}
-        for run in run_matrix({workload: shape}, {workload: dumps[workload]}, list(flags_of), 1, args,
-                              flags_of=with_profile, what="profiled runs"):
-            runs.append({**run, "flags": flags_of[run["config"]]})
+        runs += [{**run, "flags": flags_of[run["config"]]} for run in run_matrix(
+            {workload: shape}, {workload: dumps[workload]}, list(flags_of), 1, args, flags_of=with_profile,
+            what="profiled runs")]
     if nothing_measured(runs, "profiled run"):
         return 1
-    env = br.environment_of([r["record"] for r in runs if r["record"]]) or planned_env(args)
+    env = env_of(runs, planned_env(args))
     lines = br.header_lines("Profiles: baseline and best configuration", command, env, extra=[
         "- torch.profiler over a few steps of each run (profile_utils.TrainingProfiler: wait/warm-up/active "
         "schedule); the profiler slows the host, so its times are for attribution; quote step times from "
@@ -526,13 +497,11 @@ def mode_profile(args, command):
         lines += [f"step time in these profiled runs (median, profiler on): {format_ms(base_run['summary']['step_ms'])}"
                   f" (baseline) → {format_ms(best_run['summary']['step_ms'])} (best)", "",
                   *br.profile_lines(tables[0], tables[1], name)]
-    br.write_outputs(out_dir, "profile", command, env, {
-        "best": best_json(best), "runs": runs}, lines)
+    br.write_outputs(out_dir, "profile", command, env, {"best": best_json(best), "runs": runs}, lines)
     return 1 if failed else 0
 
 
-# ---------------------------------------------------------------------------------------------
-# Modes measured in this process: --loaders-only and --attention (bench_micro).
+# ---- Modes measured in this process (bench_micro): --loaders-only and --attention ----------------
 
 def _in_process(args):
     """(device, environment, out dir) of a mode that measures in this process."""
@@ -582,8 +551,7 @@ def mode_attention(args, command):
     return 0
 
 
-# ---------------------------------------------------------------------------------------------
-# Mode: --scaling, torchrun over 1..N processes.
+# ---- Mode: --scaling, torchrun over 1..N processes -----------------------------------------------
 
 def supports_torchrun():
     """Whether train.py / train_optimized.py set up torch.distributed."""
@@ -632,7 +600,7 @@ def mode_scaling(args, command):
                            what="scaling runs")
     if nothing_measured(runs, "scaling run"):
         return 1
-    env = br.environment_of([r["record"] for r in runs if r["record"]]) or env0
+    env = env_of(runs, env0)
     rows = {w: br.scaling_rows(runs, w, gpus, shape["batch_size"]) for w, shape in shapes.items()}
     lines = br.header_lines("Scaling: torchrun (DDP) over GPUs", command, env, extra=[
         "- `python -m torch.distributed.run --standalone --nproc_per_node=N train_optimized.py ...` with "
@@ -647,32 +615,28 @@ def mode_scaling(args, command):
         lines += [f"## {workload} workload", "", _workload_line(shapes[workload], dumps[workload])
                   + f"; flags `{' '.join(flags) or '(none)'}` ({name}: {why})", "", *br.scaling_table(wrows, unit), ""]
         plotted = [r for r in wrows if "step_ms" in r]
-        path = plotted and br.save_plot(br.plot_scaling, plotted, os.path.join(out_dir, f"scaling-{workload}.png"),
-                                        f"{workload}: DDP scaling ({br.device_name(env)})")
-        pngs += [path] if path else []
+        pngs += [p for p in [plotted and br.save_plot(br.plot_scaling, plotted, os.path.join(
+            out_dir, f"scaling-{workload}.png"), f"{workload}: DDP scaling ({br.device_name(env)})")] if p]
     br.write_outputs(out_dir, "scaling", command, env, {
-        "gpus": gpus, "workloads": _workloads_json(shapes, dumps),
-        "flags": best_json(best),
+        "gpus": gpus, "workloads": _workloads_json(shapes, dumps), "flags": best_json(best),
         "rows": rows, "runs": runs_for_json(runs)}, lines, pngs)
     return 1 if any(r["status"] != "ok" for w in rows.values() for r in w) else 0
 
 
-# ---------------------------------------------------------------------------------------------
-# Mode: --quality, loss curves of the baseline and the best flags, and time to the Random Forest's AUC.
-
-def quality_command(dump, shape, flags, record_path, seed, extra=()):
-    """A train_optimized.py run that evaluates (unlike the timing runs) and keeps every step's loss."""
-    return [sys.executable, "train_optimized.py", "--data", dump, "--batch-size", str(shape["batch_size"]),
-            "--seed", str(seed), "--log-every", "250", "--timing-warmup", str(shape["warmup"]),
-            "--record", record_path, *extra, *flags]
-
+# ---- Mode: --quality, loss curves of the baseline and the best flags, and time to the Random Forest's AUC ---
 
 def first_reach(eval_history, bar):
     """(step, seconds) of the first evaluation whose mean ROC AUC is >= bar, or None."""
-    for entry in eval_history or []:
-        if entry["scores"]["roc_auc"] >= bar:
-            return entry["step"], entry["train_seconds"]
-    return None
+    return next(((e["step"], e["train_seconds"]) for e in eval_history or [] if e["scores"]["roc_auc"] >= bar), None)
+
+
+def quality_run(args, workload, shape, dump, flags, name, seed, extra):
+    """One train_optimized.py run that evaluates (unlike the timing runs) and keeps every step's loss."""
+    rec_path = os.path.join(REPO, "runs", "bench-quality", f"{workload}-{name}.json")
+    cmd = [sys.executable, "train_optimized.py", "--data", dump, "--batch-size", str(shape["batch_size"]),
+           "--seed", str(seed), "--log-every", "250", "--timing-warmup", str(shape["warmup"]),
+           "--record", rec_path, *extra, *flags]
+    return run_once(cmd, rec_path, args.run_timeout)
 
 
 def quality_runs(args, workload, shape, dump, best_flags, progress, save):
@@ -680,9 +644,7 @@ def quality_runs(args, workload, shape, dump, best_flags, progress, save):
     curves, runs = {"baseline (fp32, no flags)": [], "best: " + " ".join(best_flags): []}, []
     for seed in range(args.repeats):
         for name, flags in zip(curves, ([], best_flags)):
-            rec_path = os.path.join(REPO, "runs", "bench-quality", f"{workload}-{len(runs)}.json")
-            cmd = quality_command(dump, shape, flags, rec_path, seed, ["--steps", str(shape["steps"])])
-            r = run_once(cmd, rec_path, args.run_timeout)
+            r = quality_run(args, workload, shape, dump, flags, len(runs), seed, ["--steps", str(shape["steps"])])
             runs.append({"name": name, "seed": seed, "status": r["status"], "error": r["error"],
                          "record": slim_record(r["record"]) if r["record"] else None})
             save(runs)   # every finished run is on disk at once: a run cut off later loses only itself
@@ -698,10 +660,8 @@ def quality_runs(args, workload, shape, dump, best_flags, progress, save):
 
 def time_to_quality(args, workload, shape, dump, best_flags, progress):
     """A --time-budget run of the best flags, evaluated every --eval-every steps; None when it failed."""
-    rec_path = os.path.join(REPO, "runs", "bench-quality", f"{workload}-ttq.json")
-    cmd = quality_command(dump, shape, best_flags, rec_path, 0,
-                          ["--time-budget", str(args.time_budget), "--eval-every", str(args.eval_every)])
-    r = run_once(cmd, rec_path, args.run_timeout)
+    r = quality_run(args, workload, shape, dump, best_flags, "ttq", 0,
+                    ["--time-budget", str(args.time_budget), "--eval-every", str(args.eval_every)])
     if r["status"] != "ok":
         progress.line(f"{workload} time-to-quality", f"{r['status']}: {r['error']}")
         return None
@@ -724,24 +684,22 @@ def mode_quality(args, command):
     out_dir = args.out or default_out_dir(env0)
     best_flags = args.best_flags.split() if args.best_flags else ["--fast"]
     os.makedirs(os.path.join(REPO, "runs", "bench-quality"), exist_ok=True)
-    dumps, results, pngs, envs = _dumps(args, shapes), {}, [], []
+    dumps, results, pngs, envs, lines = _dumps(args, shapes), {}, [], [], []
     progress = br.Progress(len(shapes) * (2 * args.repeats + bool(args.time_budget)),
                            f"quality (baseline and best over {args.repeats} seeds per workload"
                            + (", plus a time-to-quality run" if args.time_budget else "") + ")",
                            *run_seconds_guess(args))
-    lines = []
     for workload, shape in shapes.items():
         def save(runs, workload=workload):
             write_json_atomic(os.path.join(out_dir, "quality.json"), {
                 "command": command, "date": br.now_iso(), "git_commit": br.git_commit(), "partial": True,
                 "workloads": {**results, workload: {"runs": runs, "time_to_quality": None}}})
         runs, curves = quality_runs(args, workload, shape, dumps[workload], best_flags, progress, save)
-        ttq = time_to_quality(args, workload, shape, dumps[workload], best_flags, progress) if args.time_budget \
-            else None
-        env = br.environment_of([x["record"] for x in runs if x["record"]]) or env0
-        envs.append(env)
+        ttq = (time_to_quality(args, workload, shape, dumps[workload], best_flags, progress) if args.time_budget
+               else None)
+        envs.append(env_of(runs, env0))
         path = br.save_plot(br.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
-                            f"{workload}: {shape['steps']} steps, {args.repeats} seeds ({br.device_name(env)})")
+                            f"{workload}: {shape['steps']} steps, {args.repeats} seeds ({br.device_name(envs[-1])})")
         pngs += [path] if path else []
         lines += [f"## {workload} workload", "", _workload_line(shape, dumps[workload]) + f"; {shape['steps']} steps",
                   "", *br.quality_lines(runs, ttq)]
@@ -759,65 +717,58 @@ def mode_quality(args, command):
     return 1 if failed else 0
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line.
+# ---- Command line --------------------------------------------------------------------------------
 
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="CPU-sized run: tiny dumps, 6 steps, 1 repeat, a handful of configs (what CI runs)")
-    p.add_argument("--workloads", default="blog,upstream", help="comma-separated workloads: blog, upstream")
-    p.add_argument("--configs", default=None, help="comma-separated config names of the matrix (default: all; "
-                                                   "--quick: " + ", ".join(QUICK_CONFIGS) + ")")
-    p.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; --quick: 1)")
-    p.add_argument("--steps", type=int, default=None, help="steps per run, for every selected workload")
-    p.add_argument("--batch-size", type=int, default=None, help="datasets per step (per rank), every workload")
-    p.add_argument("--rows", type=int, default=None, help="rows per dataset of the generated dumps")
-    p.add_argument("--num-datasets", type=int, default=None, help="datasets in the generated dumps")
-    p.add_argument("--timing-warmup", type=int, default=None, help="untimed warm-up steps per run")
-    p.add_argument("--dump-seed", type=int, default=0, help="prior seed of the generated dumps (cache key)")
-    p.add_argument("--dump-device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="where prior_dump generates a missing dump (auto: cuda when a GPU is present; "
-                        "CPU and CUDA dumps differ and are cached apart)")
-    p.add_argument("--device", default="auto", help="--device of every run: auto, cpu, cuda or cuda:N")
-    p.add_argument("--train-args", default="",
-                   help='extra train_optimized.py arguments for every run, e.g. "--optimizer adamw"')
-    p.add_argument("--run-timeout", type=int, default=1800, help="seconds before one run is killed")
-    p.add_argument("--budget-minutes", type=float, default=None,
-                   help="start no new run after this many minutes; what is done is written (finish with --resume)")
-    p.add_argument("--resume", action="store_true",
-                   help="reuse the successful runs of <out>/<name>.json with the same shapes, dumps and flags")
-    p.add_argument("--out", default=None, help="output folder (default: results/<gpu-name>/)")
-    p.add_argument("--name", default="ablation", help="base name of the ablation files (ablation.md, .json)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--profile", action="store_true",
-                      help="profile the baseline and the best config: the blog's four tables -> profile.md")
-    mode.add_argument("--loaders-only", action="store_true",
-                      help="loader throughput without training (batches/s, GB/s vs host-to-device) -> loaders.md")
-    mode.add_argument("--quality", action="store_true",
-                      help="loss curves and eval of baseline vs best (--best-flags, default --fast) over "
-                           "--repeats seeds, plus a --time-budget run -> quality.md, loss-curves-<workload>.png")
-    mode.add_argument("--attention", action="store_true",
-                      help="the datapoint attention alone (forward + backward) per kernel at each workload's shape "
-                           "and split quantiles, with TFLOP/s and the SFU / tensor-core floors -> attention.md")
-    mode.add_argument("--scaling", action="store_true",
-                      help="torchrun over --gpus process counts -> scaling.md, scaling-<workload>.png")
-    p.add_argument("--best-flags", default=None,
-                   help='flags of the "best" config for --profile / --scaling / --quality, written with "=": '
-                        '--best-flags="--resident --flash" (default: the lowest median in <out>/ablation.json)')
-    p.add_argument("--gpus", default=None, help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to "
-                                                "the GPU count; CPU --quick: 1,2)")
-    p.add_argument("--time-budget", type=float, default=0.0,
-                   help="--quality: also train --best-flags for this many seconds and time the first eval at "
-                        "or above the Random Forest's ROC AUC")
-    p.add_argument("--eval-every", type=int, default=500, help="--quality: steps between evals of that run")
-    p.add_argument("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
-    p.add_argument("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
+    add = p.add_argument
+    add("--quick", action="store_true", help="CPU-sized run: tiny dumps, 6 steps, 1 repeat, a few configs (CI)")
+    add("--workloads", default="blog,upstream", help="comma-separated workloads: blog, upstream")
+    add("--configs", default=None, help="comma-separated config names of the matrix (default: all; --quick: "
+        + ", ".join(QUICK_CONFIGS) + ")")
+    add("--repeats", type=int, default=None, help="interleaved repeats (default 3; --quick: 1)")
+    add("--steps", type=int, default=None, help="steps per run, for every selected workload")
+    add("--batch-size", type=int, default=None, help="datasets per step (per rank), every workload")
+    add("--rows", type=int, default=None, help="rows per dataset of the generated dumps")
+    add("--num-datasets", type=int, default=None, help="datasets in the generated dumps")
+    add("--timing-warmup", type=int, default=None, help="untimed warm-up steps per run")
+    add("--dump-seed", type=int, default=0, help="prior seed of the generated dumps (cache key)")
+    add("--dump-device", choices=["auto", "cpu", "cuda"], default="auto", help="where prior_dump generates a "
+        "missing dump (auto: cuda when a GPU is present; CPU and CUDA dumps differ and are cached apart)")
+    add("--device", default="auto", help="--device of every run: auto, cpu, cuda or cuda:N")
+    add("--train-args", default="", help='extra train_optimized.py arguments for every run, e.g. "--optimizer adamw"')
+    add("--run-timeout", type=int, default=1800, help="seconds before one run is killed")
+    add("--budget-minutes", type=float, default=None,
+        help="start no new run after this many minutes; what is done is written (finish with --resume)")
+    add("--resume", action="store_true",
+        help="reuse the successful runs of <out>/<name>.json with the same shapes, dumps and flags")
+    add("--out", default=None, help="output folder (default: results/<gpu-name>/)")
+    add("--name", default="ablation", help="base name of the ablation files (ablation.md, .json)")
+    mode = p.add_mutually_exclusive_group().add_argument
+    mode("--profile", action="store_true", help="profile the baseline and the best config: the blog's four "
+         "tables -> profile.md")
+    mode("--loaders-only", action="store_true",
+         help="loader throughput without training (batches/s, GB/s vs host-to-device) -> loaders.md")
+    mode("--quality", action="store_true", help="loss curves and eval of baseline vs best (--best-flags, default "
+         "--fast) over --repeats seeds, plus a --time-budget run -> quality.md, loss-curves-<workload>.png")
+    mode("--attention", action="store_true", help="the datapoint attention alone (forward + backward) per kernel "
+         "at each workload's shape and split quantiles, with TFLOP/s and the SFU / tensor-core floors -> attention.md")
+    mode("--scaling", action="store_true", help="torchrun over --gpus process counts -> scaling.md, "
+         "scaling-<workload>.png")
+    add("--best-flags", default=None, help='flags of the "best" config for --profile / --scaling / --quality, '
+        'written with "=": --best-flags="--resident --flash" (default: the lowest median in <out>/ablation.json)')
+    add("--gpus", default=None, help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to the GPU count; "
+        "CPU --quick: 1,2)")
+    add("--time-budget", type=float, default=0.0, help="--quality: also train --best-flags for this many seconds "
+        "and time the first eval at or above the Random Forest's ROC AUC")
+    add("--eval-every", type=int, default=500, help="--quality: steps between evals of that run")
+    add("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
+    add("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
     return p
 
 
 def check_args(args, argv):
-    """Fills the defaults that depend on --quick and checks the numbers; raises UsageError."""
+    """Fills the defaults that depend on --quick and checks the numbers (UsageError); returns the command."""
     args.repeats = args.repeats if args.repeats is not None else 1 if args.quick else 3
     if args.repeats < 1:
         raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
