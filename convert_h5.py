@@ -4,11 +4,11 @@
     python convert_h5.py data/prior.h5 --verify       # re-read every record and compare with HDF5
     python convert_h5.py data/prior.h5 --out-dir /nvme --force
 
-Streams in bounded chunks (~64 MB); atomic (temp names, rename, sidecar last); one converter per dump
-at a time (a lock file beside the sidecar).
+Streams ~64 MB chunks; atomic (temp names, rename, sidecar last); one converter per dump (a lock file).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -37,14 +37,12 @@ def _write_all(handle, data: memoryview) -> None:
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):
-    """A tqdm bar (lazy import) or None."""
-    if not enabled:
-        return None
+    """A tqdm bar (lazy import; a context manager that closes it) or None."""
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, unit="ds", desc=desc, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, unit="ds", desc=desc, leave=False, dynamic_ncols=True) if enabled else None
 
 
 def _chunk_size(info: DumpInfo, chunk_datasets: int | None) -> int:
@@ -55,54 +53,45 @@ def _chunk_size(info: DumpInfo, chunk_datasets: int | None) -> int:
     return int(chunk_datasets)
 
 
-def _records(path: str, info: DumpInfo, features: int) -> np.memmap:
-    stride = fmt.record_stride_bytes(info.rows, features) // 4
-    return np.memmap(path, dtype=fmt.BIN_DTYPE, mode="r", shape=(info.num_datasets, stride))
+def _chunks(info: DumpInfo, chunk: int, bar):
+    """Yields (first, count) over the dump, advancing `bar`."""
+    for first in range(0, info.num_datasets, chunk):
+        yield first, min(chunk, info.num_datasets - first)
+        if bar is not None:
+            bar.update(min(chunk, info.num_datasets - first))
 
 
 def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progress: bool) -> None:
-    """Re-reads every record of the .bin files and compares its bits with the HDF5 (chunked).
-
-    Raises:
-        ConvertError: first dataset that differs (data or non-zero padding).
-    """
-    N, R, F = info.num_datasets, info.rows, info.features
-    mx, my = _records(x_path, info, F), _records(y_path, info, 1)
-    bar = _progress_bar(N, f"verify {os.path.basename(info.path)}", progress)
-    try:
-        with h5py.File(info.path, "r") as f:
-            for first in range(0, N, chunk):
-                count = min(chunk, N - first)
-                x = f["X"][first:first + count].astype(np.float32, copy=False).reshape(count, -1)
-                y = f["y"][first:first + count].astype(np.float32, copy=False)
-                bx, by = np.asarray(mx[first:first + count]), np.asarray(my[first:first + count])
-                # Bits (uint32 views), so -0.0 vs 0.0 or a changed NaN payload would show.
-                same = ((bx[:, :R * F].view(np.uint32) == x.view(np.uint32)).all(axis=1)
-                        & (bx[:, R * F:] == 0).all(axis=1)
-                        & (by[:, :R].view(np.uint32) == y.view(np.uint32)).all(axis=1)
-                        & (by[:, R:] == 0).all(axis=1))
-                if not same.all():
-                    bad = first + int(np.argmin(same))
-                    raise ConvertError(f"verify: dataset {bad} of {x_path} / {y_path} differs from {info.path}")
-                if bar is not None:
-                    bar.update(count)
-    finally:
-        if bar is not None:
-            bar.close()
-        del mx, my
+    """Compares the bits of every .bin record (and its zero padding) with the HDF5, chunked; ConvertError
+    names the first dataset that differs."""
+    R, F = info.rows, info.features
+    mx, my = (np.memmap(p, dtype=fmt.BIN_DTYPE, mode="r", shape=(info.num_datasets, fmt.record_stride_bytes(R, w) // 4))
+              for p, w in ((x_path, F), (y_path, 1)))
+    bar = _progress_bar(info.num_datasets, f"verify {os.path.basename(info.path)}", progress)
+    with h5py.File(info.path, "r") as f, bar or contextlib.nullcontext():
+        for first, count in _chunks(info, chunk, bar):
+            x = f["X"][first:first + count].astype(np.float32, copy=False).reshape(count, -1)
+            y = f["y"][first:first + count].astype(np.float32, copy=False)
+            bx, by = np.asarray(mx[first:first + count]), np.asarray(my[first:first + count])
+            # Bits (uint32 views), so -0.0 vs 0.0 or a changed NaN payload would show.
+            same = ((bx[:, :R * F].view(np.uint32) == x.view(np.uint32)).all(axis=1)
+                    & (bx[:, R * F:] == 0).all(axis=1)
+                    & (by[:, :R].view(np.uint32) == y.view(np.uint32)).all(axis=1) & (by[:, R:] == 0).all(axis=1))
+            if not same.all():
+                bad = first + int(np.argmin(same))
+                raise ConvertError(f"verify: dataset {bad} of {x_path} / {y_path} differs from {info.path}")
 
 
 def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, bar) -> dict:
     """Streams padded X and y records into the temp files; returns {"x": crcs, "y": crcs}."""
-    N, R, F = info.num_datasets, info.rows, info.features
-    sx, sy = fmt.record_stride_bytes(R, F), fmt.record_stride_bytes(R, 1)
+    R, F = info.rows, info.features
     # Allocated once: padded records (zeros stay in the padding) and staging h5py reads into.
-    padded_x, padded_y = np.zeros((chunk, sx // 4), np.float32), np.zeros((chunk, sy // 4), np.float32)
+    padded_x = np.zeros((chunk, fmt.record_stride_bytes(R, F) // 4), np.float32)
+    padded_y = np.zeros((chunk, fmt.record_stride_bytes(R, 1) // 4), np.float32)
     stage_x, stage_y = np.empty((chunk, R, F), np.float32), np.empty((chunk, R), np.float32)
     crc = {"x": fmt.BlockChecksum(), "y": fmt.BlockChecksum()}
     with open(tmp_x, "wb") as fx, open(tmp_y, "wb") as fy, h5py.File(info.path, "r") as f:
-        for first in range(0, N, chunk):
-            count = min(chunk, N - first)
+        for first, count in _chunks(info, chunk, bar):
             xs, ys = stage_x[:count], stage_y[:count]
             try:
                 f["X"].read_direct(xs, source_sel=np.s_[first:first + count])
@@ -110,72 +99,48 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, bar) -> d
             except OSError as exc:  # the source failed, not the output folder: say which
                 raise ConvertError(f"{info.path}: reading datasets {first}..{first + count - 1} failed "
                                    f"({str(exc).splitlines()[0]}); partial files removed") from None
-            x_problem, y_problem = fmt.value_problems(xs, ys, first, info.max_num_classes)
-            if x_problem or y_problem:
-                raise DumpError(f"{info.path}: {x_problem or y_problem}")
+            fmt.check_values(info.path, xs, ys, first, info.max_num_classes)
             padded_x[:count, :R * F] = xs.reshape(count, R * F)
             padded_y[:count, :R] = ys
             for which, handle, data in (("x", fx, padded_x), ("y", fy, padded_y)):
                 view = memoryview(data[:count]).cast("B")
                 crc[which].update(view)  # checksum of the bytes as written, computed on the way
                 _write_all(handle, view)
-            if bar is not None:
-                bar.update(count)
     return {k: c.finish() for k, c in crc.items()}
 
 
-def _check_space(info: DumpInfo, paths) -> int:
-    """Checks the outputs before any work; returns the bytes the conversion writes."""
-    x_bin, y_bin, sidecar = paths
-    total = fmt.bin_size_bytes(info)
-    reclaimed = sum(os.path.getsize(p) for p in (x_bin, y_bin) if os.path.isfile(p))  # removed first
-    sidecar_bytes = 40 * info.num_datasets + (1 << 16)
-    safe_io.check_outputs({"output": x_bin, "sidecar": sidecar}, inputs=[info.path],
-                          need_bytes={"output": max(0, total + sidecar_bytes - reclaimed)})
-    return total
-
-
-def _up_to_date(info: DumpInfo, sidecar: str, progress: bool) -> dict | None:
-    """The sidecar when the conversion exists with matching checksums; None when it must be redone."""
+def _up_to_date(info: DumpInfo, sidecar: str, progress: bool) -> bool:
+    """True when the conversion exists with matching checksums; False when it must be redone."""
     try:
-        meta = fmt.read_sidecar(sidecar, info)
-        fmt.verify_bin_checksums(meta)
-        return meta
+        fmt.verify_bin_checksums(fmt.read_sidecar(sidecar, info))
+        return True
     except BinFormatError as exc:
         if exc.reason == "newer":
             raise BinFormatError(f"{exc}; pass --force to overwrite", exc.reason) from None
         if exc.reason != "missing" and progress:
             print(f"convert_h5: {exc.reason} conversion ({exc}); converting again", flush=True)
-        return None
+        return False
 
 
 def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verify: bool = False,
             progress: bool = True, force: bool = True) -> dict:
-    """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin` and `<dump>.bin.json` under the conversion lock.
-
-    Args:
-        dump_path: the HDF5 dump (read-only). out_dir: output folder (default next to the dump).
-        chunk_datasets: datasets per chunk (default ~64 MB). verify: compare every record with the HDF5
-            before publishing. progress: plan line (size, ETA), tqdm bar, MB/s line.
-        force: rewrite even when an up-to-date conversion (sidecar and checksums) exists.
-
-    Returns:
-        dict: x_bin, y_bin, sidecar, num_datasets, bytes_written, seconds, mb_per_s, verified, skipped.
-
-    Raises:
-        DumpError (bad dump), safe_io.OutputError (unwritable, too little space, disk full), ConvertError.
-    """
+    """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json` (in out_dir, default next to the
+    dump) under the conversion lock; see main() for the options. Returns the stats dict (x_bin, bytes_written,
+    mb_per_s, skipped, ...). Raises DumpError, safe_io.OutputError (no space, disk full), ConvertError."""
     t0 = time.perf_counter()
     info = fmt.open_dump(dump_path, scan_values=False)  # values are checked chunk by chunk below
     paths = x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)
     chunk = _chunk_size(info, chunk_datasets)
-    total = _check_space(info, paths)
+    total = fmt.bin_size_bytes(info)
+    reclaimed = sum(os.path.getsize(p) for p in (x_bin, y_bin) if os.path.isfile(p))  # removed first
+    safe_io.check_outputs({"output": x_bin, "sidecar": sidecar}, inputs=[info.path],
+                          need_bytes={"output": max(0, total + 40 * info.num_datasets + (1 << 16) - reclaimed)})
     os.makedirs(os.path.dirname(x_bin), exist_ok=True)
     safe_io.clean_stale(os.path.dirname(x_bin))  # temp and lock files of killed conversions
     stats = {"dump": info.path, "x_bin": x_bin, "y_bin": y_bin, "sidecar": sidecar, "num_datasets": info.num_datasets,
              "bytes_written": 0, "verified": verify, "skipped": False}
     with safe_io.file_lock(sidecar + ".lock"):
-        if not force and _up_to_date(info, sidecar, progress) is not None:
+        if not force and _up_to_date(info, sidecar, progress):
             return {**stats, "skipped": True, "seconds": time.perf_counter() - t0, "mb_per_s": 0.0}
         if progress:
             print(f"convert_h5: writing {x_bin} and {y_bin} ({safe_io.format_bytes(total)}, {info.num_datasets} "
@@ -201,11 +166,8 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
     try:
         with safe_io.atomic_output(x_bin, ".bin file") as tmp_x, safe_io.atomic_output(y_bin, ".bin file") as tmp_y:
             bar = _progress_bar(info.num_datasets, f"convert {os.path.basename(info.path)}", progress)
-            try:
+            with bar or contextlib.nullcontext():
                 checksums = _write_records(info, tmp_x, tmp_y, chunk, bar)
-            finally:
-                if bar is not None:
-                    bar.close()
             if verify:
                 _compare_records(info, tmp_x, tmp_y, chunk, progress)
             stat = os.stat(info.path)
@@ -223,11 +185,8 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
 
 
 def verify(dump_path, *, out_dir=None, chunk_datasets: int | None = None, progress: bool = True) -> dict:
-    """Checks an existing conversion: sidecar, crc32 checksums, then every record against the HDF5.
-
-    Returns:
-        the sidecar dictionary. Raises BinFormatError, DumpError, ConvertError (one line).
-    """
+    """Checks an existing conversion (sidecar, crc32 checksums, every record against the HDF5); returns the
+    sidecar. Raises BinFormatError, DumpError, ConvertError (one line)."""
     info = fmt.open_dump(dump_path, scan_values=False)
     meta = fmt.read_sidecar(fmt.bin_paths(info.path, out_dir)[2], info)
     fmt.verify_bin_checksums(meta)
@@ -241,9 +200,9 @@ def main(argv=None) -> int:
     parser = ArgumentParser(description="Convert a nanoTabPFN HDF5 dump to 4 KiB-aligned .bin records for "
                                         "kvikio/GDS (format in dump_format.py).")
     parser.add_argument("dump", help="the HDF5 prior dump to convert (read-only)")
-    parser.add_argument("--out-dir", default=None,
-                        help="folder for <dump>.X.bin, <dump>.y.bin, <dump>.bin.json (default: next to the dump)")
-    parser.add_argument("--chunk-datasets", type=int, default=None,
+    parser.add_argument("--out-dir", help="folder for <dump>.X.bin, <dump>.y.bin, <dump>.bin.json "
+                                          "(default: next to the dump)")
+    parser.add_argument("--chunk-datasets", type=int,
                         help="datasets per streamed chunk (default: about 64 MB of records)")
     parser.add_argument("--verify", action="store_true",
                         help="re-read every record and compare it with the HDF5 (bounded memory)")
@@ -253,12 +212,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.chunk_datasets is not None and args.chunk_datasets < 1:
         return fail(f"--chunk-datasets must be >= 1, got {args.chunk_datasets}")
-    progress = not args.no_progress
+    kw = dict(out_dir=args.out_dir, chunk_datasets=args.chunk_datasets, progress=not args.no_progress)
     try:
-        stats = convert(args.dump, out_dir=args.out_dir, chunk_datasets=args.chunk_datasets,
-                        verify=args.verify, progress=progress, force=args.force)
+        stats = convert(args.dump, verify=args.verify, force=args.force, **kw)
         if stats["skipped"] and args.verify:
-            verify(args.dump, out_dir=args.out_dir, chunk_datasets=args.chunk_datasets, progress=progress)
+            verify(args.dump, **kw)
             print(f"convert_h5: {stats['sidecar']} is up to date and verified", flush=True)
         elif stats["skipped"]:
             print(f"convert_h5: {stats['sidecar']} is up to date (--force converts again)", flush=True)

@@ -1,7 +1,7 @@
 """The nanoTabPFN dump format: HDF5 validation (open_dump / check_dump), batch positions, the .bin layout.
 
-The .bin layout is defined here once: convert_h5.py writes it, the loaders read it, and every reader
-asserts the sidecar's magic, format version, shapes, strides, sizes and per-block crc32 checksums.
+convert_h5.py writes the .bin layout, the loaders read it; every reader checks the sidecar (magic,
+version, shapes, strides, sizes, per-block crc32 checksums).
 """
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import hashlib
 import json
 import mmap
 import os
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import h5py
 import numpy as np
@@ -66,23 +66,16 @@ class DumpInfo:
     mtime_ns: int
 
     @property
-    def x_bytes(self) -> int:
-        """Bytes of X as float32 (N, R, F)."""
+    def x_bytes(self) -> int:  # X as float32 (N, R, F)
         return self.num_datasets * self.rows * self.features * 4
 
     @property
-    def y_bytes(self) -> int:
-        """Bytes of y as float32 (N, R)."""
+    def y_bytes(self) -> int:  # y as float32 (N, R)
         return self.num_datasets * self.rows * 4
 
 
-def value_problems(x: np.ndarray | None, y: np.ndarray | None, first: int,
-                   max_num_classes: int | None) -> tuple[str | None, str | None]:
-    """Checks X (c, R, F) for NaN/Inf and y (c, R) for class indices; `first` = dataset of row 0.
-
-    Returns:
-        (problem with X or None, problem with y or None), each one line naming the dataset.
-    """
+def value_problems(x, y, first: int, max_num_classes: int | None) -> tuple[str | None, str | None]:
+    """(problem of X (c, R, F) or None, problem of y (c, R) or None), one line each; `first` = dataset of row 0."""
     x_problem = y_problem = None
     if x is not None and len(x):
         # As float32, the dtype every loader yields: a float64 1e39 is finite on disk, inf once cast.
@@ -102,6 +95,13 @@ def value_problems(x: np.ndarray | None, y: np.ndarray | None, first: int,
             y_problem = (f"'y' must hold class indices (finite integers >= 0{limit}); "
                          f"dataset {first + i} row {r} has {float(yy[i, r])!r}")
     return x_problem, y_problem
+
+
+def check_values(path: str, x, y, first: int, max_num_classes: int) -> None:
+    """Raises DumpError naming the dataset of the first NaN/Inf feature or invalid label (see value_problems)."""
+    x_problem, y_problem = value_problems(x, y, first, max_num_classes)
+    if x_problem or y_problem:
+        raise DumpError(f"{path}: {x_problem or y_problem}")
 
 
 def _inspect_dump(path, scan_values: bool, collect: bool) -> tuple[DumpInfo | None, list[str]]:
@@ -136,27 +136,27 @@ def _inspect_dump(path, scan_values: bool, collect: bool) -> tuple[DumpInfo | No
     return (info if not problems else None), problems
 
 
+def _found(d) -> str:
+    return f"found shape {getattr(d, 'shape', None)} dtype {getattr(d, 'dtype', 'group')}"
+
+
 def _metadata(f: h5py.File, key: str, n: int, problem) -> np.ndarray | None:
     """Per-dataset metadata as (N,) int64 (a length-1 array broadcasts), or None after a problem."""
     d = f[key]
     if not isinstance(d, h5py.Dataset) or d.dtype.kind not in "fiu" or d.ndim > 1:
-        problem(f"'{key}' must be a numeric (N,) array; found shape {getattr(d, 'shape', None)} "
-                f"dtype {getattr(d, 'dtype', 'group')}")
-        return None
+        return problem(f"'{key}' must be a numeric (N,) array; {_found(d)}")
     a = np.asarray(d[()]).reshape(-1)
     if a.size == 1:
         a = np.full(n, a[0])  # upstream variant: one value for every dataset
     elif a.size != n:
-        problem(f"'{key}' has length {a.size}, expected {n} (one per dataset) or 1")
-        return None
+        return problem(f"'{key}' has length {a.size}, expected {n} (one per dataset) or 1")
     if a.dtype.kind == "f" and (not np.isfinite(a).all() or (a != np.round(a)).any()):
-        problem(f"'{key}' must hold integers")
-        return None
+        return problem(f"'{key}' must hold integers")
     return a.astype(np.int64)
 
 
 def _positive_scalar(f: h5py.File, key: str, default, problem, integer: bool):
-    """A positive (integer) scalar stored as a length-1 array, `default` when the key is absent."""
+    """A positive (integer) scalar stored as a length-1 array, `default` when absent or invalid."""
     if key not in f:
         return default
     m = np.asarray(f[key][()]).reshape(-1)
@@ -167,53 +167,32 @@ def _positive_scalar(f: h5py.File, key: str, default, problem, integer: bool):
     return int(m[0])
 
 
-def _first_outside(values, low, high):
-    """Index of the first value outside [low, high] (high may be per dataset), or None."""
-    bad = (values < low) | (values > high)
-    return int(np.argmax(bad)) if bad.any() else None
-
-
-def _check_ranges(num_features, num_datapoints, splits, split_key, shape, problem):
-    """Range checks of the metadata; returns the arrays with None for each one that failed."""
-    _, R, F = shape
-    if num_features is not None and (i := _first_outside(num_features, 1, F)) is not None:
-        problem(f"'num_features' must be in 1..{F} (the stored width); dataset {i} has {num_features[i]}")
-        num_features = None
-    if num_datapoints is not None and (i := _first_outside(num_datapoints, 2, R)) is not None:
-        problem(f"'num_datapoints' must be in 2..{R} (the stored rows); dataset {i} has {num_datapoints[i]}")
-        num_datapoints = None
-    limit = num_datapoints if num_datapoints is not None else np.full(shape[0], R, np.int64)
-    if splits is not None and (i := _first_outside(splits, 1, limit - 1)) is not None:
-        problem(f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split "
-                f"{splits[i]} with {limit[i]} datapoints")
-        splits = None
-    return num_features, num_datapoints, splits
+def _check_range(values, low, high, problem, message):
+    """`values` if all lie in [low, high] (high may be per dataset); else reports message(i) and returns None."""
+    bad = None if values is None else (values < low) | (values > high)
+    return values if bad is None or not bad.any() else problem(message(int(np.argmax(bad))))
 
 
 def _scan(X, Y, scan_x: bool, scan_y: bool, max_num_classes, problem) -> float:
-    """Chunked value scan (bounded memory); returns the largest label seen (-1 if none)."""
+    """Chunked value scan (bounded memory) reporting the first problem of each array; returns the largest label."""
     N, R, F = X.shape
     y_max = -1.0
     chunk = max(1, SCAN_CHUNK_BYTES // (R * F * 4))
     for first in range(0, N, chunk):
         if not (scan_x or scan_y):
             break
-        x = X[first:first + chunk] if scan_x else None
         y = Y[first:first + chunk] if scan_y else None
-        x_problem, y_problem = value_problems(x, y, first, max_num_classes)
-        if x_problem:
-            problem(x_problem)
-            scan_x = False
-        if y_problem:
-            problem(y_problem)
-            scan_y = False
-        elif y is not None and y.size:
+        x_problem, y_problem = value_problems(X[first:first + chunk] if scan_x else None, y, first,
+                                              max_num_classes)
+        for p in filter(None, (x_problem, y_problem)):
+            problem(p)
+        scan_x, scan_y = scan_x and not x_problem, scan_y and not y_problem
+        if scan_y and y.size:
             y_max = max(y_max, float(np.max(y)))
     return y_max
 
 
-def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bool,
-                  problem: Callable[[str], None]) -> DumpInfo | None:
+def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bool, problem) -> DumpInfo | None:
     """Checks keys, dtypes, shapes, metadata ranges and (optionally) values of an open dump."""
     for key in ("X", "y", "num_features"):
         if key not in f:
@@ -225,24 +204,25 @@ def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bo
         return None
     X = f["X"]
     if not isinstance(X, h5py.Dataset) or X.ndim != 3 or X.dtype.kind != "f":
-        problem(f"'X' must be a 3-D float array (N, rows, features); found shape "
-                f"{getattr(X, 'shape', None)} dtype {getattr(X, 'dtype', 'group')}")
-        return None
+        return problem(f"'X' must be a 3-D float array (N, rows, features); {_found(X)}")
     N, R, F = (int(d) for d in X.shape)
     if N < 1 or R < 2 or F < 1:
-        problem(f"'X' has shape {X.shape}; need at least 1 dataset, 2 rows and 1 feature")
-        return None
+        return problem(f"'X' has shape {X.shape}; need at least 1 dataset, 2 rows and 1 feature")
     Y = f["y"] if "y" in f else None
     if Y is not None and (not isinstance(Y, h5py.Dataset) or Y.dtype.kind not in "fiu" or Y.shape != (N, R)):
-        problem(f"'y' must be a numeric (N, rows) = {(N, R)} array like X's first two dims; "
-                f"found shape {getattr(Y, 'shape', None)} dtype {getattr(Y, 'dtype', 'group')}")
-        Y = None
+        Y = problem(f"'y' must be a numeric (N, rows) = {(N, R)} array like X's first two dims; {_found(Y)}")
     num_features = _metadata(f, "num_features", N, problem) if "num_features" in f else None
     num_datapoints = _metadata(f, "num_datapoints", N, problem) if "num_datapoints" in f \
         else np.full(N, R, np.int64)
     splits = _metadata(f, split_key, N, problem) if split_key is not None else None
-    num_features, num_datapoints, splits = _check_ranges(num_features, num_datapoints, splits,
-                                                         split_key, (N, R, F), problem)
+    num_features = _check_range(num_features, 1, F, problem, lambda i: (
+        f"'num_features' must be in 1..{F} (the stored width); dataset {i} has {num_features[i]}"))
+    num_datapoints = _check_range(num_datapoints, 2, R, problem, lambda i: (
+        f"'num_datapoints' must be in 2..{R} (the stored rows); dataset {i} has {num_datapoints[i]}"))
+    limit = num_datapoints if num_datapoints is not None else np.full(N, R, np.int64)
+    splits = _check_range(splits, 1, limit - 1, problem, lambda i: (
+        f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split {splits[i]} with "
+        f"{limit[i]} datapoints"))
     max_num_classes = _positive_scalar(f, "max_num_classes", None, problem, integer=True)
     original_batch_size = _positive_scalar(f, "original_batch_size", 1, problem, integer=False)
     # y is always scanned when max_num_classes must be inferred from it.
@@ -252,20 +232,14 @@ def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bo
         max_num_classes = max(1, int(y_max) + 1)
     if num_features is None or num_datapoints is None or splits is None or Y is None:
         return None
-    return DumpInfo(path=path, num_datasets=N, rows=R, features=F, num_features=num_features,
-                    num_datapoints=num_datapoints, splits=splits, max_num_classes=max_num_classes,
-                    original_batch_size=original_batch_size, split_key=split_key,
-                    size_bytes=int(stat.st_size), mtime_ns=int(stat.st_mtime_ns))
+    return DumpInfo(path, N, R, F, num_features, num_datapoints, splits, max_num_classes,
+                    original_batch_size, split_key, int(stat.st_size), int(stat.st_mtime_ns))
 
 
 def open_dump(path, scan_values: bool = True) -> DumpInfo:
-    """Opens and validates a nanoTabPFN dump; DumpError (one line) names the first problem.
-
-    scan_values: also scan X for NaN/Inf and y for class indices (chunked, bounded memory).
-    """
-    info, _ = _inspect_dump(path, scan_values=scan_values, collect=False)
-    assert info is not None
-    return info
+    """Opens and validates a dump (scan_values: also X for NaN/Inf and y for class indices); DumpError names
+    the first problem in one line."""
+    return _inspect_dump(path, scan_values=scan_values, collect=False)[0]
 
 
 def check_dump(path) -> list[str]:
@@ -274,14 +248,7 @@ def check_dump(path) -> list[str]:
 
 
 def dump_content_digest(info: DumpInfo, samples: int = 16) -> str:
-    """A cheap content identity of a dump: sha256 of shape, metadata and `samples` sampled datasets.
-
-    Reads `samples` evenly spaced datasets (first and last included) of X and y, so a same-size
-    rewrite of most of the dump changes the digest; costs a few small reads, not a scan.
-
-    Returns:
-        hex digest (64 characters).
-    """
+    """Cheap content identity: sha256 hex of shape, metadata and `samples` evenly spaced datasets of X and y."""
     digest = hashlib.sha256(np.array([info.num_datasets, info.rows, info.features], "<i8").tobytes())
     digest.update(metadata_sha256(info.num_features, info.num_datapoints, info.splits).encode())
     picks = np.unique(np.linspace(0, info.num_datasets - 1, max(1, samples)).round().astype(np.int64))
@@ -293,18 +260,8 @@ def dump_content_digest(info: DumpInfo, samples: int = 16) -> str:
 
 
 def batch_position(step: int, start: int, global_batch: int, num_datasets: int) -> int:
-    """First dataset of the global batch at `step` (closed form, so resume and DDP ranks agree).
-
-    Positions go start, start+G, start+2G, ...; when the next global batch would run past the end
-    of the dump the position wraps to 0, so every batch is full.
-
-    Args:
-        step: 0-based step. start: position of step 0 (0 <= start < N).
-        global_batch: G = batch_size * world_size (<= N). num_datasets: N.
-
-    Returns:
-        int position p; rank r of W reads datasets [p + r*B, p + (r+1)*B).
-    """
+    """First dataset of the global batch at `step`: start, start+G, ..., wrapping to 0 before a batch would
+    run past the end (closed form, so resume and DDP ranks agree). Rank r reads [p + r*B, p + (r+1)*B)."""
     G, N = int(global_batch), int(num_datasets)
     if not 1 <= G <= N:
         raise ValueError(f"global batch {G} must be in 1..{N} (the number of datasets)")
@@ -341,11 +298,9 @@ def bin_paths(dump_path, out_dir=None) -> tuple[str, str, str]:
     return base + ".X.bin", base + ".y.bin", base + ".bin.json"
 
 
-def record_stride_bytes(rows: int, features: int = 1, itemsize: int = 4,
-                        alignment: int = BIN_ALIGNMENT) -> int:
+def record_stride_bytes(rows: int, features: int = 1, itemsize: int = 4, alignment: int = BIN_ALIGNMENT) -> int:
     """Bytes between consecutive records: rows*features*itemsize rounded up to `alignment`."""
-    raw = int(rows) * int(features) * int(itemsize)
-    return -(-raw // alignment) * alignment
+    return -(-int(rows) * int(features) * int(itemsize) // alignment) * alignment
 
 
 def bin_size_bytes(info: DumpInfo) -> int:
@@ -362,11 +317,8 @@ def metadata_sha256(num_features, num_datapoints, splits) -> str:
 
 
 class BlockChecksum:
-    """crc32 of each CHECKSUM_BLOCK_BYTES block of a byte stream, fed in pieces as they are written.
-
-    crc32 (zlib): the fastest checksum in the standard library, releases the GIL (threads verify
-    blocks in parallel), and catches accidental damage; it is not a defence against forgery.
-    """
+    """crc32 of each CHECKSUM_BLOCK_BYTES block of a byte stream fed in pieces (zlib: fast, releases the GIL;
+    catches accidental damage, not forgery)."""
 
     def __init__(self):
         self.blocks: list[int] = []
@@ -380,8 +332,7 @@ class BlockChecksum:
             self._filled += take
             view = view[take:]
             if self._filled == CHECKSUM_BLOCK_BYTES:
-                self.blocks.append(self._crc)
-                self._crc, self._filled = 0, 0
+                self.finish()
 
     def finish(self) -> list[int]:
         if self._filled:
@@ -395,18 +346,14 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
     N, R, F = info.num_datasets, info.rows, info.features
     x_stride, y_stride = record_stride_bytes(R, F), record_stride_bytes(R, 1)
     return {
-        "magic": BIN_MAGIC, "format_version": BIN_FORMAT_VERSION, "alignment": BIN_ALIGNMENT,
-        "dtype": BIN_DTYPE,
+        "magic": BIN_MAGIC, "format_version": BIN_FORMAT_VERSION, "alignment": BIN_ALIGNMENT, "dtype": BIN_DTYPE,
         "layout": "record i of X.bin at i*x_stride_bytes: (rows, features) row-major float32, "
                   "zero padded; record i of y.bin at i*y_stride_bytes: (rows,) float32",
         "num_datasets": N, "rows": R, "features": F,
-        "x_record_bytes": R * F * 4, "x_stride_bytes": x_stride,
-        "y_record_bytes": R * 4, "y_stride_bytes": y_stride,
+        "x_record_bytes": R * F * 4, "x_stride_bytes": x_stride, "y_record_bytes": R * 4, "y_stride_bytes": y_stride,
         "x_file": os.path.basename(x_bin), "y_file": os.path.basename(y_bin),
-        "x_size_bytes": N * x_stride, "y_size_bytes": N * y_stride,
-        "split_key": info.split_key,
-        "max_num_classes": int(info.max_num_classes),
-        "original_batch_size": int(info.original_batch_size),
+        "x_size_bytes": N * x_stride, "y_size_bytes": N * y_stride, "split_key": info.split_key,
+        "max_num_classes": int(info.max_num_classes), "original_batch_size": int(info.original_batch_size),
         "source": {"path": os.path.abspath(info.path), "size_bytes": int(info.size_bytes),
                    "mtime_ns": int(info.mtime_ns)},
         "checksum": {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES,
@@ -425,8 +372,14 @@ def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -
     return meta
 
 
-def _load_sidecar(sidecar_path: str, fail) -> dict:
-    """The sidecar's JSON after the magic and version checks."""
+def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
+    """The sidecar plus "x_path" / "y_path", after checking it and the .bin sizes against the dump (no content
+    read). Raises BinFormatError (one line; `.reason` missing / partial / stale / corrupt / older / newer)."""
+    sidecar_path = os.fspath(sidecar_path)
+
+    def fail(message: str, reason: str):
+        raise BinFormatError(f"{sidecar_path}: {message}", reason)
+
     if not os.path.exists(sidecar_path):
         fail("no .bin conversion (sidecar missing)", "missing")
     try:
@@ -445,48 +398,25 @@ def _load_sidecar(sidecar_path: str, fail) -> dict:
              f"{BIN_FORMAT_VERSION}); update the code or delete the .bin files", "newer")
     if version < BIN_FORMAT_VERSION:
         fail(f"written by an older format version {version} (expected {BIN_FORMAT_VERSION})", "older")
-    return meta
-
-
-def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
-    """Reads a sidecar and asserts that it and its .bin files match the dump (no content read).
-
-    Checks magic, version, dtype, alignment, shapes, strides, both file sizes, the source's size and
-    mtime_ns, the metadata arrays and their sha256, and the checksum table's shape.
-
-    Returns:
-        the sidecar dictionary plus "x_path" and "y_path" (absolute .bin paths).
-
-    Raises:
-        BinFormatError: one line; `.reason` says missing / partial / stale / corrupt / older / newer.
-    """
-    sidecar_path = os.fspath(sidecar_path)
-
-    def fail(message: str, reason: str):
-        raise BinFormatError(f"{sidecar_path}: {message}", reason)
-
-    meta = _load_sidecar(sidecar_path, fail)
     expected = bin_meta(dump_info, meta.get("x_file", ""), meta.get("y_file", ""))
     for key in ("dtype", "alignment", "num_datasets", "rows", "features", "x_record_bytes",
                 "x_stride_bytes", "y_record_bytes", "y_stride_bytes", "x_size_bytes", "y_size_bytes"):
         if meta.get(key) != expected[key]:
             reason = "stale" if key in ("num_datasets", "rows", "features") else "corrupt"
             fail(f"{key} is {meta.get(key)!r}, expected {expected[key]!r} for {dump_info.path}", reason)
-    folder = os.path.dirname(os.path.abspath(sidecar_path))
     checksum = meta.get("checksum") or {}
     if checksum.get("algorithm") != "crc32" or checksum.get("block_bytes") != CHECKSUM_BLOCK_BYTES:
         fail(f"checksum table {str(checksum)[:80]!r} is not crc32 per {CHECKSUM_BLOCK_BYTES} bytes", "corrupt")
     for which in ("x", "y"):
-        name = meta.get(f"{which}_file")
+        name, size = meta.get(f"{which}_file"), expected[f"{which}_size_bytes"]
         if not isinstance(name, str) or not name or os.path.basename(name) != name:
             fail(f"{which}_file {name!r} is not a file name", "corrupt")
-        p = os.path.join(folder, name)
+        p = os.path.join(os.path.dirname(os.path.abspath(sidecar_path)), name)
         if not os.path.exists(p):
             fail(f"{name} is missing (partial conversion)", "partial")
-        size = os.path.getsize(p)
-        if size != expected[f"{which}_size_bytes"]:
-            fail(f"{name} is {size} bytes, expected N*stride = {expected[f'{which}_size_bytes']} "
-                 f"(partial or foreign file)", "partial")
+        if os.path.getsize(p) != size:
+            fail(f"{name} is {os.path.getsize(p)} bytes, expected N*stride = {size} (partial or foreign file)",
+                 "partial")
         crcs = checksum.get(which)
         if not isinstance(crcs, list) or len(crcs) != -(-size // CHECKSUM_BLOCK_BYTES):
             fail(f"checksum list of {name} missing or of the wrong length", "corrupt")
@@ -521,26 +451,19 @@ def _bad_block_message(meta: dict, which: str, block: int) -> str:
     last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
     records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r",
                         shape=(meta["num_datasets"], stride // 4))[first:last + 1]
-    width = meta["rows"] * (meta["features"] if which == "x" else 1)
-    x_problem, y_problem = value_problems(
-        records[:, :width] if which == "x" else None, records[:, :width] if which == "y" else None,
-        first, meta["max_num_classes"])
-    detail = f"; {x_problem or y_problem}" if (x_problem or y_problem) else ""
+    records = records[:, :meta["rows"] * (meta["features"] if which == "x" else 1)]
+    found = value_problems(*((records, None) if which == "x" else (None, records)), first, meta["max_num_classes"])
+    detail = "".join(f"; {p}" for p in found if p)
     return (f"{meta[f'{which}_path']}: content of datasets {first}..{last} differs from the "
             f"conversion (crc32 mismatch in block {block}){detail}")
 
 
 def verify_bin_checksums(meta: dict, threads: int | None = None) -> float:
-    """Compares each block's crc32 with the sidecar's (meta from read_sidecar); returns the seconds spent.
-
-    threads: parallel readers (default up to 8). Raises BinFormatError (reason "corrupt"), one line naming
-    the datasets of the first damaged block and, when the damage is an invalid value, its dataset.
-    """
-    import time
+    """Compares each block's crc32 (up to 8 threads) with the sidecar's; returns the seconds spent. Raises
+    BinFormatError ("corrupt") naming the datasets of the first damaged block (and its invalid value)."""
     start = time.perf_counter()
     jobs = [(which, b) for which in ("x", "y") for b in range(len(meta["checksum"][which]))]
-    workers = max(1, min(threads or min(8, os.cpu_count() or 1), len(jobs)))
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(max(1, min(threads or min(8, os.cpu_count() or 1), len(jobs)))) as pool:
         got = list(pool.map(lambda job: _block_crc(meta[f"{job[0]}_path"], job[1]), jobs))
     for (which, block), crc in zip(jobs, got):
         if crc != meta["checksum"][which][block]:

@@ -4,9 +4,9 @@
     python prior_dump.py --preset blog                 # 30k x 5000 rows x 5 features, on CUDA if present
     python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
 
-Datasets come from MLP SCMs (70%) and sums of random trees (30%); the target is cut into 2..C classes,
-every class appears on both sides of the split. The data depend on (seed, rows, features, classes,
-original_batch_size, device type) only; a dump of N datasets is a prefix of one of M > N.
+Datasets: MLP SCMs (70%) and sums of random trees (30%), target cut into 2..C classes, each on both sides
+of the split. Data depend only on (seed, shape, classes, original_batch_size, device type); a dump of N
+datasets is a prefix of one of M > N.
 """
 import contextlib
 import math
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import safe_io
-from runtime import ArgumentParser, resolve_device
+from runtime import ArgumentParser, fail, resolve_device
 
 PRESETS = {
     "nano": dict(num_datasets=300_000, rows=150, features=5, classes=2),   # like 300k_150x5_2.h5
@@ -56,18 +56,11 @@ def _standardize(t, dim=1):
     return centered * torch.rsqrt(centered.square().mean(dim, keepdim=True) + 1e-12)
 
 
-def _step(t):
-    return (t > 0).to(t.dtype)
-
-
-_ACTIVATIONS = (torch.tanh, torch.relu, torch.sin, torch.abs, torch.square, _step)
+_ACTIVATIONS = (torch.tanh, torch.relu, torch.sin, torch.abs, torch.square, lambda t: (t > 0).to(t.dtype))
 
 
 def _activation(pre, which):
-    """pre (G, W, R); which: numpy (G,) index into _ACTIVATIONS, one activation per dataset.
-
-    Each activation runs only on the datasets that drew it, not on all of them.
-    """
+    """pre (G, W, R); which: numpy (G,) index into _ACTIVATIONS; each runs only on the datasets that drew it."""
     out = torch.empty_like(pre)
     for index, function in enumerate(_ACTIVATIONS):
         selected = np.flatnonzero(which == index)
@@ -88,21 +81,16 @@ def _sample_causes(gen, num, count, rows, device):
 
 
 def _mlp_scm(gen, rng, num, rows, features, num_features, device):
-    """Random sparse MLP SCMs sharing depth and width. Returns X (num, R, F) and target (num, R).
-
-    Nodes are (num, width, R): per-node statistics reduce over the last, contiguous dimension.
-    """
+    """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R)."""
     num_layers = int(rng.integers(2, 7))
     width = int(round(math.exp(rng.uniform(math.log(5), math.log(130)))))
     width = max(width, features)                     # room for F root causes
     activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
     noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device)
     keep_probability = _uniform(gen, (num, 1, 1), 0.2, 1.0, device)   # weight density
-    # each layer outputs lerp(pre, activation(pre), nonlinearity): with full activations a chain of
-    # up to 6 random ones is mostly unlearnable from ~100 rows; the blend spans linear-ish to wild
+    # layers output lerp(pre, activation(pre), nonlinearity): 6 full random activations are unlearnable
     nonlinearity = torch.rand(num, 1, 1, generator=gen, device=device)
-    # mode "causes -> output": X are the root causes, the only ones (unobserved causes are zeroed),
-    # and y is a last-layer node; otherwise X and y are nodes anywhere in the graph
+    # mode "causes -> output": X = the (only nonzero) root causes, y a last-layer node; else nodes anywhere
     causes_to_output = torch.rand(num, generator=gen, device=device) < 0.3
     observed = torch.arange(width, device=device) < num_features[:, None]        # (num, width)
     hidden = _sample_causes(gen, num, width, rows, device)                       # (num, width, R)
@@ -112,14 +100,12 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device):
         # sparse weights (num, out, in), uniform where kept; the row normalisation fixes the scale
         u = torch.rand(num, width, width, generator=gen, device=device)
         weight = torch.where(u < keep_probability, 2 * u - keep_probability, 0.0)
-        # every unit keeps at least one parent (an observed cause in the first layer of the
-        # "causes -> output" mode), so no node is pure noise
+        # every unit keeps a parent (an observed cause in layer 0 of "causes -> output"): no pure-noise node
         u = torch.rand(num, width, 1, generator=gen, device=device)
         first_layer_of_causes = causes_to_output[:, None, None] & (layer == 0)
         parent = (u * torch.where(first_layer_of_causes, num_features[:, None, None], width)).long()
         weight.scatter_(2, parent, _uniform(gen, (num, width, 1), -1.0, 1.0, device))
-        # unit-norm rows on standardised inputs give pre-activations of about unit variance, so the
-        # gain alone sets how far into each activation's nonlinear range a dataset goes
+        # unit-norm rows on standardised inputs: the gain alone sets how nonlinear each dataset gets
         gain = _log_uniform(gen, (num, 1, 1), 0.3, 3.0, device)
         weight = weight * (gain / (weight.norm(dim=2, keepdim=True) + 1e-6))
         bias = 0.5 * torch.randn(num, width, 1, generator=gen, device=device)
@@ -137,8 +123,7 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     key_y = key_y + 2.0 * (causes_to_output[:, None] & (layer_of_node != num_layers))
     y_node = key_y.argmin(1)                                         # (num,)
     target = nodes.gather(1, y_node[:, None, None].expand(num, 1, rows))         # (num, 1, R)
-    # X: Gumbel top-k with logits = strength * |corr(node, y)|, strength per dataset in [0, 30]: a real
-    # table's columns are collected because they relate to the target.
+    # X: Gumbel top-k, logits = U(0, 30) * |corr(node, y)|: a real table's columns relate to the target
     centered = target - target.mean(2, keepdim=True)
     correlation = (nodes @ centered.transpose(1, 2)).squeeze(2) / (
         nodes.norm(dim=2) * centered.norm(dim=2) + 1e-6)             # (num, nodes)
@@ -197,8 +182,7 @@ def _cut_into_classes(gen, target, num_classes, classes, min_count):
     by_value = (_standardize(target)[:, :, None] < thresholds).sum(1).float()
     use_rank = torch.rand(num, 1, generator=gen, device=device) < 0.5
     boundary = torch.where(use_rank, by_rank, by_value).sort(1).values.long()     # (num, C-1)
-    # unused boundaries (datasets with fewer classes) sit at R, where no rank reaches; then clamp the
-    # used ones so every class keeps >= min_count rows (feasible: R >= classes * min_count)
+    # unused boundaries sit at R (no rank reaches); used ones are clamped to keep >= min_count rows a class
     unused = torch.arange(classes - 1, device=device) >= (num_classes[:, None] - 1)
     boundary = torch.where(unused, rows, boundary)
     previous = torch.zeros(num, dtype=torch.long, device=device)
@@ -218,11 +202,8 @@ def _cut_into_classes(gen, target, num_classes, classes, min_count):
 
 
 def _cover_classes_on_both_sides(labels, splits, num_classes, classes):
-    """Swaps whole rows so that every class has a row in the train part (< split) and the test part.
-
-    Rows are i.i.d. draws of the dataset's SCM, so swapping rows only moves samples across the split.
-    One pass over (class, side) suffices (pigeonhole). Returns (labels, order), order (num, R) for X.
-    """
+    """Swaps i.i.d. rows so every class has a row on both sides of the split (one pass suffices: pigeonhole).
+    Returns (labels, order), order (num, R) for X."""
     num, rows = labels.shape
     device = labels.device
     is_test = torch.arange(rows, device=device)[None, :] >= splits[:, None]     # (num, R)
@@ -272,12 +253,10 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (_tree_scm, np.flatnonzero(is_tree))):
         if len(subset):
             subset = torch.from_numpy(subset).to(device)
-            x[subset], target[subset] = scm(gen, rng, len(subset), rows, features,
-                                            num_features[subset], device)
+            x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device)
     labels = _cut_into_classes(gen, target, num_classes, classes, max(2, int(0.1 * rows / classes)))
     labels, order = _cover_classes_on_both_sides(labels, splits, num_classes, classes)
-    x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)),
-                              num_features)
+    x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)), num_features)
     return x, labels.float(), num_features.int()
 
 
@@ -299,11 +278,8 @@ def chunk_size(rows):
 
 
 def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
-    """single_eval_pos (N,) int32: int(R * U(0.1, 0.9)), one value per aligned original batch.
-
-    Clamped to [classes, R - classes] so that each side can hold a row of every class (bites only
-    for R < 10 * classes).
-    """
+    """single_eval_pos (N,) int32: int(R * U(0.1, 0.9)) per aligned original batch, clamped to
+    [classes, R - classes] so each side can hold a row of every class."""
     num_blocks = -(-num_datasets // original_batch_size)
     u = np.random.default_rng(np.random.SeedSequence([seed, 0])).uniform(0.1, 0.9, num_blocks)
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
@@ -311,12 +287,8 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
 
 
 def _in_order(build_chunk, num_chunks, device):
-    """Yields build_chunk(0), build_chunk(1), ... in order.
-
-    On CPU, whole chunks are built in parallel by single-threaded workers, one per torch thread: a
-    chunk's ops are too small for intra-op threads to pay. Every chunk has its own generators, so the
-    data do not depend on the number of workers.
-    """
+    """Yields build_chunk(0), build_chunk(1), ... in order; on CPU whole chunks are built in parallel by
+    single-threaded workers (a chunk's ops are too small for intra-op threads; seeds are per chunk)."""
     threads = torch.get_num_threads()
     if not str(device).startswith("cpu") or threads == 1:
         yield from map(build_chunk, range(num_chunks))
@@ -344,18 +316,11 @@ def _in_order(build_chunk, num_chunks, device):
 
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
              original_batch_size=32):
-    """Yields the datasets of a dump in order, as DumpGroup of numpy arrays.
+    """Yields the datasets of a dump (N, R, F, each with 2..C classes) in order, as DumpGroups.
 
-    Args:
-        num_datasets, rows, features, classes: dump shape (N, R, F) and the largest class count C
-            (each dataset has 2..C classes).
-        seed: base seed (>= 0); every chunk's generators are seeded from (seed, chunk index).
-        device: "cpu", "cuda" or "auto"; tensors are built there and copied to host once per group.
-        group_size: datasets per yielded group, rounded up to whole chunks (default: ~32 MB of X).
-            It does not change the data.
-        original_batch_size: datasets per aligned block sharing one single_eval_pos.
-    Returns:
-        an iterator of DumpGroup; only the last group may be shorter.
+    seed: base seed (>= 0) of every chunk's generators. device: "cpu", "cuda" or "auto". group_size: datasets
+    per group, rounded up to whole chunks (default ~32 MB of X; never changes the data). original_batch_size:
+    datasets per aligned block sharing one single_eval_pos. Only the last group may be shorter.
     """
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
@@ -371,8 +336,7 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     def build_chunk(chunk_index):
         start = chunk_index * per_chunk
         chunk_splits = torch.from_numpy(splits[start:start + per_chunk]).to(device, torch.long)
-        return _generate_chunk(seed, chunk_index, per_chunk, rows, features, classes, chunk_splits,
-                               device)
+        return _generate_chunk(seed, chunk_index, per_chunk, rows, features, classes, chunk_splits, device)
 
     chunks = _in_order(build_chunk, num_chunks, device)
     try:
@@ -396,8 +360,7 @@ def estimate(num_datasets, rows, features, device) -> tuple[int, float]:
     """(bytes of the dump, seconds to build it) before writing: sizes exactly, time from calibration."""
     size = num_datasets * (rows * features * 4 + rows * 4 + 3 * 4) + (64 << 10)
     threads = torch.get_num_threads() if torch.device(device).type == "cpu" else 0
-    rate = CPU_ROWS_PER_S_PER_THREAD * threads if threads else CUDA_ROWS_PER_S
-    return size, num_datasets * rows / rate
+    return size, num_datasets * rows / (CPU_ROWS_PER_S_PER_THREAD * threads if threads else CUDA_ROWS_PER_S)
 
 
 @contextlib.contextmanager
@@ -412,19 +375,18 @@ def _disk_errors(path):
                                   f"{' '.join(str(exc).split())[:160]}") from None
 
 
-def _write_h5(temp, path, num_datasets, rows, features, classes, seed, device, bar, original_batch_size,
-              group_size):
+def _write_h5(temp, path, shape, classes, seed, device, bar, original_batch_size, group_size):
     """Streams the generated groups into pre-created contiguous datasets of the HDF5 file `temp`."""
+    num_datasets, rows, features = shape
     with _disk_errors(path):
         f = h5py.File(temp, "w")
     try:
         with _disk_errors(path):
-            X = f.create_dataset("X", (num_datasets, rows, features), dtype="f4")
-            y = f.create_dataset("y", (num_datasets, rows), dtype="f4")
+            X = f.create_dataset("X", shape, dtype="f4")
+            y = f.create_dataset("y", shape[:2], dtype="f4")
             per_dataset = {key: f.create_dataset(key, (num_datasets,), dtype="i4")
                            for key in ("num_features", "num_datapoints", "single_eval_pos")}
-        for group in generate(num_datasets, rows, features, classes, seed, device, group_size,
-                              original_batch_size):
+        for group in generate(*shape, classes, seed, device, group_size, original_batch_size):
             block = slice(group.start, group.start + len(group.X))
             with _disk_errors(path):
                 X[block], y[block] = group.X, group.y
@@ -445,16 +407,11 @@ def _write_h5(temp, path, num_datasets, rows, features, classes, seed, device, b
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
                original_batch_size=32, group_size=None):
-    """Generates a dump and writes it atomically (temp file beside `path`, fsync, rename).
+    """Generates a dump (arguments as in generate()) and writes it atomically: temp file beside `path`, fsync,
+    rename; a failed run leaves the old file untouched. progress: a plan line (size, ETA) and a tqdm bar.
 
-    Args:
-        path: the final .h5 (folder created if missing); a failed run leaves the old file untouched.
-        progress: a plan line (size, ETA) and a tqdm bar.
-        other args: as in generate().
-    Returns:
-        dict: path, num_datasets, seconds, datasets_per_s, bytes, device.
-    Raises:
-        ValueError: bad sizes. safe_io.OutputError: unwritable path, too little space, disk full.
+    Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device. Raises ValueError (bad sizes),
+    safe_io.OutputError (unwritable path, too little space, disk full).
     """
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     device = resolve_device(device or "auto")
@@ -468,13 +425,9 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
         from tqdm import tqdm
         bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {os.path.basename(path)}", leave=False)
     start_time = time.perf_counter()
-    try:
-        with safe_io.atomic_output(path, "dump") as temp:
-            _write_h5(temp, path, num_datasets, rows, features, classes, seed, device, bar,
-                      original_batch_size, group_size)
-    finally:
-        if bar is not None:
-            bar.close()
+    with bar or contextlib.nullcontext(), safe_io.atomic_output(path, "dump") as temp:
+        _write_h5(temp, path, (num_datasets, rows, features), classes, seed, device, bar, original_batch_size,
+                  group_size)
     seconds = time.perf_counter() - start_time
     return dict(path=str(path), num_datasets=num_datasets, seconds=seconds,
                 datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=str(device))
@@ -492,18 +445,15 @@ def _is_default_dump(path):
     try:
         with h5py.File(path, "r") as f:
             return (f["X"].shape == shape and f["y"].shape == shape[:2]
-                    and all(f[key].shape == shape[:1] for key in
-                            ("num_features", "num_datapoints", "single_eval_pos"))
+                    and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
                     and f.attrs.get("prior_version") == FORMAT_VERSION)
     except (OSError, KeyError, ValueError):
         return False
 
 
 def ensure_default_dump(path=None):
-    """Returns the default nano-preset dump, generating it first (CPU, seed 0) if missing or invalid.
-
-    Prints one line saying which. Built on CPU so that it is the same file on every machine.
-    """
+    """The default nano-preset dump, generated first (on CPU, seed 0: the same file on every machine) if
+    missing or invalid; prints one line saying which."""
     path = path or default_dump_path()
     if _is_default_dump(path):
         print(f"prior: no --data given, using the default dump {path}")
@@ -512,8 +462,7 @@ def ensure_default_dump(path=None):
     stats = write_dump(path, DEFAULT_DUMP_DATASETS, nano["rows"], nano["features"], nano["classes"],
                        seed=0, device="cpu", progress=sys.stderr.isatty())
     print(f"prior: no --data given, generated {path} ({DEFAULT_DUMP_DATASETS} datasets of "
-          f"{nano['rows']}x{nano['features']}, {nano['classes']} classes, seed 0) in "
-          f"{stats['seconds']:.1f} s")
+          f"{nano['rows']}x{nano['features']}, {nano['classes']} classes, seed 0) in {stats['seconds']:.1f} s")
     return path
 
 
@@ -521,12 +470,10 @@ def _check_file(path):
     """--check: one line per problem (exit 1), or a one-line summary (exit 0)."""
     from dump_format import check_dump
     if not os.path.isfile(path):
-        print(f"error: --check: no such file: {path}", file=sys.stderr)
-        return 2
+        return fail(f"--check: no such file: {path}")
     problems = check_dump(path)
-    for problem in problems:
-        print(problem)
     if problems:
+        print("\n".join(problems))
         return 1
     with h5py.File(path, "r") as f:
         num, rows, features = f["X"].shape
@@ -546,9 +493,8 @@ def _parser():
     parser.add_argument("--classes", type=int, help="max classes C; each dataset has 2..C (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
-    parser.add_argument("--device", default="auto",
-                        help="cpu, cuda or auto = cuda when present (default auto); CPU and CUDA dumps "
-                             "differ, each is reproducible")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto = cuda when present (default auto); "
+                                                         "CPU and CUDA dumps differ, each is reproducible")
     parser.add_argument("--original-batch-size", type=int, default=32,
                         help="datasets per aligned block sharing one single_eval_pos (default 32)")
     parser.add_argument("--group-size", type=int,
@@ -574,15 +520,11 @@ def main(argv=None):
         stats = write_dump(out, seed=args.seed, device=device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size, **shape)
     except (ValueError, OSError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return fail(exc)
     except MemoryError:
-        print(f"error: out of memory for {shape['num_datasets']} datasets; use a smaller --num-datasets",
-              file=sys.stderr)
-        return 2
+        return fail(f"out of memory for {shape['num_datasets']} datasets; use a smaller --num-datasets")
     except KeyboardInterrupt:
-        print(f"error: interrupted, nothing written to {out}", file=sys.stderr)
-        return 130
+        return fail(f"interrupted, nothing written to {out}", 130)
     print(f"wrote {out}: {shape['num_datasets']} datasets x {shape['rows']} rows x "
           f"{shape['features']} features, <= {shape['classes']} classes, {stats['bytes'] / 1e6:,.1f} MB "
           f"in {stats['seconds']:.1f} s = {stats['datasets_per_s']:,.0f} datasets/s on {device}")
