@@ -373,13 +373,27 @@ def torch_device(name):
     return torch.device(name)
 
 
-def test_first_reach_finds_the_first_eval_at_or_above_the_bar():
+def test_first_time_passing_finds_the_first_eval_at_or_above_each_bar():
+    from evaluation import first_time_passing
     history = [{"step": 100, "train_seconds": 1.0, "scores": {"roc_auc": 0.80}},
                {"step": 200, "train_seconds": 2.0, "scores": {"roc_auc": 0.95}},
                {"step": 300, "train_seconds": 3.0, "scores": {"roc_auc": 0.97}}]
-    assert benchmark.first_reach(history, 0.95) == (200, 2.0)
-    assert benchmark.first_reach(history, 0.99) is None
-    assert benchmark.first_reach([], 0.5) is None
+    passed = first_time_passing(history, {"a": {"roc_auc": 0.95}, "b": {"roc_auc": 0.99}})
+    assert passed["a"] == {"step": 200, "train_seconds": 2.0, "bar": 0.95} and passed["b"] is None
+    assert first_time_passing([], {"a": {"roc_auc": 0.5}}) == {"a": None}
+
+
+def test_quality_with_the_real_suite_records_when_each_baseline_is_passed(tmp_path):
+    """--quality --eval-suite real: the time-to-quality run is scored against every baseline, and plotted."""
+    import bench_report as br
+    ttq = {"flags": ["--fast"], "budget_s": 6, "eval_every": "3s", "suite": "real", "steps_done": 10,
+           "train_seconds": 6.0, "final": {"roc_auc": 0.74}, "baselines": {"lightgbm": {"roc_auc": 0.72},
+                                                                          "knn": {"roc_auc": 0.69}},
+           "first_passing": {"lightgbm": {"step": 10, "train_seconds": 6.0, "bar": 0.72}, "knn": None},
+           "history": [(5, 3.0, 0.70), (10, 6.0, 0.74)]}
+    text = "\n".join(br.quality_lines([], ttq))
+    assert "| lightgbm | 0.7200 | step 10, 6.0 s |" in text and "| knn | 0.6900 | none within the budget |" in text
+    _assert_png(type(tmp_path)(br.plot_time_to_quality(ttq, tmp_path / "ttq.png")))
 
 
 def _assert_png(path):
