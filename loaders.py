@@ -27,7 +27,7 @@ import torch
 
 from dump_format import (BIN_DTYPE, SCAN_CHUNK_BYTES, BinFormatError, DumpError, DumpInfo, GdsUnavailable,
                          batch_position, batch_wrapped, bin_paths, open_dump, read_sidecar,
-                         record_stride_bytes, value_problems, verify_bin_checksums)
+                         check_values, record_stride_bytes, verify_bin_checksums)
 
 LOADER_KINDS = ("h5", "bin", "resident")
 
@@ -140,13 +140,6 @@ class _H5Source:
         self.file.close()
 
 
-def _check_values(path: str, x: np.ndarray, y: np.ndarray, first: int, max_num_classes: int) -> None:
-    """Refuses a batch read from a .bin with NaN/Inf features or invalid labels, naming the dataset."""
-    x_problem, y_problem = value_problems(x, y, first, max_num_classes)
-    if x_problem or y_problem:
-        raise DumpError(f"{path}: {x_problem or y_problem}")
-
-
 class _MemmapSource:
     """numpy memmap of the .bin records; a batch is one strided view, copied and value-checked."""
 
@@ -163,14 +156,14 @@ class _MemmapSource:
 
     def read(self, first: int, count: int, rows: int, feats: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = (np.array(a, dtype=np.float32) for a in self._views(first, count, rows, feats))
-        _check_values(self.path, x, y, first, self.classes)
+        check_values(self.path, x, y, first, self.classes)
         return x, y
 
     def read_into(self, x_out: np.ndarray, y_out: np.ndarray, first: int, rows: int, feats: int):
         x, y = self._views(first, x_out.shape[0], rows, feats)
         np.copyto(x_out, x)
         np.copyto(y_out, y)
-        _check_values(self.path, x_out, y_out, first, self.classes)
+        check_values(self.path, x_out, y_out, first, self.classes)
 
     def close(self):
         self.X = self.y = None  # np.memmap has no close(): unmapped once nothing views it
@@ -528,7 +521,7 @@ class _KvikioLoader(_ThreadedLoader):
             B, R, F = self.batch_size, self.info.rows, self.info.features
             x = io_x.view(np.float32).reshape(B, -1)[:, :R * F].reshape(B, R, F)[:, :s.rows, :s.feats]
             y = io_y.view(np.float32).reshape(B, -1)[:, :s.rows]
-            _check_values(self.meta["x_path"], x, y, s.first, self.info.max_num_classes)
+            check_values(self.meta["x_path"], x, y, s.first, self.info.max_num_classes)
 
     def _produce(self, first_step: int, stop: threading.Event):
         """Reader thread: one pread per array per batch into slot step % depth."""
