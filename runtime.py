@@ -4,9 +4,6 @@ import os
 import random
 import sys
 
-import numpy as np
-import torch
-
 
 class UsageError(ValueError):
     """Bad command-line input: the script prints `error: <message>` (one line) and exits 2."""
@@ -33,11 +30,13 @@ def world_size() -> int:
 
 def cuda_requested(name: str) -> bool:
     """Whether --device `name` will run on CUDA on this machine."""
+    import torch  # lazily here and below: the data CLIs use this module without torch
     return torch.cuda.is_available() and not name.startswith("cpu") and name != "meta"
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str):
     """--device auto|cpu|cuda|cuda:N -> torch.device; a CUDA device on a machine without one is an error."""
+    import torch
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -56,6 +55,7 @@ def init_distributed(requested_device: str):
     """
     if world_size() == 1:
         return 0, 1, resolve_device(requested_device)
+    import torch
     import torch.distributed as dist
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = cuda_requested(requested_device)
@@ -76,6 +76,8 @@ def rank_and_world():
 
 
 def set_seed(seed: int):
+    import numpy as np
+    import torch
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
