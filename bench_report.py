@@ -8,7 +8,7 @@ import statistics
 
 import numpy as np
 
-from profile_utils import TABLE_TITLES, format_ms, git_commit, md_cell, percentiles
+from profile_utils import TABLE_TITLES, format_duration, format_ms, git_commit, md_cell, percentiles
 from safe_io import atomic_output, write_json_atomic, write_text_atomic
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -388,11 +388,6 @@ def write_outputs(out_dir, name, command, env, data, lines, more=()):
                                   "device": device_name(env), "environment": env, **data})
     write_text_atomic(md_path, "\n".join(lines), "results table")
     print("wrote " + ", ".join(os.path.relpath(p) for p in [md_path, json_path, *more]))
-
-
-def format_duration(seconds):
-    h, rest = divmod(int(round(seconds)), 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 class Progress:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -134,13 +135,19 @@ def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask
     if kernel == "triton":
         if key_mask is not None:
             raise ValueError("attention='triton' takes no key mask: use it on sliced tables (no --cuda-graphs)")
-        from triton_attention import datapoint_attention as triton_kernel  # lazily: needs triton and CUDA
-        # Called outside torch.compile's graph: Inductor retypes the float scale of a user kernel as fp64.
-        return torch.compiler.disable(triton_kernel)(q, k, v)
+        return _triton_kernel()(q, k, v)
     mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
     pin = contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel])
     with pin:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@functools.cache
+def _triton_kernel():
+    """triton_attention's kernel (imported lazily: needs triton and CUDA), called outside torch.compile's
+    graph: Inductor retypes the float scale of a user kernel as fp64."""
+    from triton_attention import datapoint_attention
+    return torch.compiler.disable(datapoint_attention)
 
 
 def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):

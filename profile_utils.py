@@ -46,6 +46,12 @@ def percentiles(values):
             "std": float(a.std(ddof=1)) if n > 1 else 0.0, "min": float(a.min()), "max": float(a.max())}
 
 
+def format_duration(seconds):
+    """"m:ss", or "h:mm:ss" from an hour on (ETAs and run lengths)."""
+    h, rest = divmod(int(round(seconds)), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
 def format_ms(x):
     """Milliseconds with three significant digits: "180 ms", "41.2 ms", "3.14 ms", "78.0 µs"; "n/a" for
     None or NaN."""

@@ -22,7 +22,7 @@ from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, set_optimizer_mode, unwrap
 from loaders import LoaderConfig, make_loader
 from model import ModelConfig, NanoTabPFNModel
-from profile_utils import StepTimer, TrainingProfiler, diagnose
+from profile_utils import StepTimer, TrainingProfiler, diagnose, format_duration
 from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
 from safe_io import OutputError, check_outputs
 
@@ -186,12 +186,7 @@ def _log_line(step, total, losses, timer, clock, config) -> str:
     else:
         where, left = f"{step}/{total}", (total - step) * seconds / max(step, 1)
     return (f"step {step:6d} | loss {losses.values[-1]:.4f} | step {ms(recent['step_ms'])} ms"
-            f" | data {ms(recent['data_ms'])} ms | {where} | ETA {_duration(max(left, 0))}")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+            f" | data {ms(recent['data_ms'])} ms | {where} | ETA {format_duration(max(left, 0))}")
 
 
 def _agree(flags, device, world_size):
