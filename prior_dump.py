@@ -1,12 +1,9 @@
-"""Synthetic SCM classification prior for nanoTabPFN, written in nanoTabPFN's HDF5 dump format.
+"""The synthetic SCM prior (MLP SCMs 70%, sums of random trees 30%), written as nanoTabPFN's HDF5 dump.
 
     python prior_dump.py --preset nano --num-datasets 20000 --out data/nano_20k.h5
-    python prior_dump.py --preset blog                 # 30k x 5000 rows x 5 features, on CUDA if present
     python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
 
-Datasets: MLP SCMs (70%) and sums of random trees (30%), target cut into 2..C classes, each on both sides
-of the split. Data depend only on (seed, shape, classes, original_batch_size, device type); a dump of N
-datasets is a prefix of one of M > N.
+Data depend only on (seed, shape, classes, original_batch_size, device type); N datasets are a prefix of M > N.
 """
 import contextlib
 import math
@@ -273,7 +270,7 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
 
 
 def chunk_size(rows):
-    """Datasets per chunk (the unit of batched generation and of seeding): a power of two <= 256."""
+    """Datasets per chunk (the unit of generation and seeding): a power of two <= 256."""
     return min(256, 2 ** max(0, int(math.log2(max(1, ROWS_PER_CHUNK // rows)))))
 
 
@@ -316,12 +313,7 @@ def _in_order(build_chunk, num_chunks, device):
 
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
              original_batch_size=32):
-    """Yields the datasets of a dump (N, R, F, each with 2..C classes) in order, as DumpGroups.
-
-    seed: base seed (>= 0) of every chunk's generators. device: "cpu", "cuda" or "auto". group_size: datasets
-    per group, rounded up to whole chunks (default ~32 MB of X; never changes the data). original_batch_size:
-    datasets per aligned block sharing one single_eval_pos. Only the last group may be shorter.
-    """
+    """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
         raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
@@ -407,12 +399,8 @@ def _write_h5(temp, path, shape, classes, seed, device, bar, original_batch_size
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
                original_batch_size=32, group_size=None):
-    """Generates a dump (arguments as in generate()) and writes it atomically: temp file beside `path`, fsync,
-    rename; a failed run leaves the old file untouched. progress: a plan line (size, ETA) and a tqdm bar.
-
-    Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device. Raises ValueError (bad sizes),
-    safe_io.OutputError (unwritable path, too little space, disk full).
-    """
+    """Generates a dump (arguments as in generate()) and writes it atomically; progress: plan line and bar.
+    Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
@@ -452,8 +440,7 @@ def _is_default_dump(path):
 
 
 def ensure_default_dump(path=None):
-    """The default nano-preset dump, generated first (on CPU, seed 0: the same file on every machine) if
-    missing or invalid; prints one line saying which."""
+    """The default nano dump, generated first (CPU, seed 0: the same file everywhere) when missing or invalid."""
     path = path or default_dump_path()
     if _is_default_dump(path):
         print(f"prior: no --data given, using the default dump {path}")
@@ -485,16 +472,14 @@ def _check_file(path):
 def _parser():
     parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
-                        help="base shape: nano = 300k datasets x 150 rows x 5 features x 2 classes, "
-                             "blog = 30k x 5000 x 5 x 2 (default nano)")
+                        help="nano = 300k datasets x 150 rows x 5 features x 2 classes, blog = 30k x 5000 x 5 x 2")
     parser.add_argument("--num-datasets", type=int, help="number of datasets N (default: the preset's)")
     parser.add_argument("--rows", type=int, help="rows per dataset R, >= 4 (default: the preset's)")
     parser.add_argument("--features", type=int, help="max features F per dataset (default: the preset's)")
     parser.add_argument("--classes", type=int, help="max classes C; each dataset has 2..C (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda or auto = cuda when present (default auto); "
-                                                         "CPU and CUDA dumps differ, each is reproducible")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
     parser.add_argument("--original-batch-size", type=int, default=32,
                         help="datasets per aligned block sharing one single_eval_pos (default 32)")
     parser.add_argument("--group-size", type=int,
