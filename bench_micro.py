@@ -39,17 +39,17 @@ def _sync(device):
 
 
 def timed_ms(device, fn):
-    """(ms, fn()) of one call: CUDA events around it on CUDA (the GPU time of what it queues), else host clock."""
+    """ms of one fn() call: CUDA events around it on CUDA (the GPU time of what it queues), else host clock."""
     if device.type != "cuda":
         t0 = time.perf_counter()
-        result = fn()
-        return (time.perf_counter() - t0) * 1e3, result
+        fn()
+        return (time.perf_counter() - t0) * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    result = fn()
+    fn()
     end.record()
     end.synchronize()   # why: elapsed_time needs both events complete
-    return start.elapsed_time(end), result
+    return start.elapsed_time(end)
 
 
 # ---- Loaders -------------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def copy_ms(device, tensors, repeats):
             t.to(device, non_blocking=True)   # warm-up: allocator and driver set-up
         _sync(device)
         out[kind] = statistics.median(
-            timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src])[0] for _ in range(repeats))
+            timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src]) for _ in range(repeats))
     return out
 
 
@@ -205,7 +205,7 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
     first = (time.perf_counter() - t0) * 1e3
     for _ in range(2):
         call()
-    times = [timed_ms(device, call)[0] for _ in range(repeats)]
+    times = [timed_ms(device, call) for _ in range(repeats)]
     qkv.grad = None
     return {"first_ms": first, "times_ms": times}
 

@@ -123,31 +123,29 @@ def out_dir_of(args, env):
     return args.out or os.path.join(REPO, "results", "cpu-" + slug(host) if name == "cpu" else slug(name))
 
 
-def ensure_dump(shape, seed, device="cpu", timeout=3600):
-    """The cached dump for `shape`, written if missing by prior_dump.write_dump in a child process (the prior
-    may run on CUDA, and this process holds no CUDA context while runs use the GPU)."""
-    n, rows, features = shape["num_datasets"], shape["rows"], shape["features"]
-    path = os.path.join(REPO, "data", "bench", f"prior-n{n}-r{rows}-f{features}-c2-s{seed}-{device}.h5")
-    if os.path.exists(path):
-        return path
-    print(f"generating {rel(path)} ({n} datasets x {rows} rows x {features} features, prior on {device}) ...",
-          flush=True)
-    code = ("import sys, prior_dump; a = sys.argv[1:]; s = prior_dump.write_dump(a[0], *map(int, a[1:4]), 2, "
-            "int(a[4]), device=a[5]); print(f\"  done in {s['seconds']:.1f} s ({s['bytes'] / 1e6:.0f} MB)\")")
-    cmd = [sys.executable, "-c", code, path, str(n), str(rows), str(features), str(seed), device]
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, timeout=timeout, env=child_env())
-    except subprocess.TimeoutExpired:
-        raise RunError(f"generating the dump {path} took more than {timeout} s") from None
-    if proc.returncode != 0 or not os.path.exists(path):
-        raise RunError(f"could not generate the dump {path} (prior_dump.write_dump exit {proc.returncode})")
-    return path
-
-
-def make_dumps(args, shapes):
-    """{workload: dump path}, generated where missing (prior on cuda when a GPU is present, unless told)."""
+def make_dumps(args, shapes, timeout=3600):
+    """{workload: cached dump}, each written if missing by prior_dump.write_dump in a child process (the prior may
+    run on CUDA, and this process holds no CUDA context while runs use the GPU): on cuda when a GPU is present."""
     device = detect_env(args.device)["device"] if args.dump_device == "auto" else args.dump_device
-    return {w: ensure_dump(shape, args.dump_seed, device) for w, shape in shapes.items()}
+    dumps = {}
+    for workload, shape in shapes.items():
+        n, rows, features = shape["num_datasets"], shape["rows"], shape["features"]
+        path = dumps[workload] = os.path.join(REPO, "data", "bench",
+                                              f"prior-n{n}-r{rows}-f{features}-c2-s{args.dump_seed}-{device}.h5")
+        if os.path.exists(path):
+            continue
+        print(f"generating {rel(path)} ({n} datasets x {rows} rows x {features} features, prior on {device}) ...",
+              flush=True)
+        code = ("import sys, prior_dump; a = sys.argv[1:]; s = prior_dump.write_dump(a[0], *map(int, a[1:4]), 2, "
+                "int(a[4]), device=a[5]); print(f\"  done in {s['seconds']:.1f} s ({s['bytes'] / 1e6:.0f} MB)\")")
+        cmd = [sys.executable, "-c", code, path, str(n), str(rows), str(features), str(args.dump_seed), device]
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, timeout=timeout, env=child_env())
+        except subprocess.TimeoutExpired:
+            raise RunError(f"generating the dump {path} took more than {timeout} s") from None
+        if proc.returncode != 0 or not os.path.exists(path):
+            raise RunError(f"could not generate the dump {path} (prior_dump.write_dump exit {proc.returncode})")
+    return dumps
 
 
 def child_env(distributed=False):
@@ -646,7 +644,7 @@ def mode_quality(args, command):
     out_dir = out_dir_of(args, env0)
     best_flags = args.best_flags.split() if args.best_flags else ["--fast"]
     os.makedirs(os.path.join(REPO, "runs", "bench-quality"), exist_ok=True)
-    dumps, results, pngs, envs, lines = make_dumps(args, shapes), {}, [], [], []
+    dumps, results, pngs, lines = make_dumps(args, shapes), {}, [], []
     progress = br.Progress(len(shapes) * (2 * args.repeats + bool(args.time_budget)),
                            f"quality (baseline and best over {args.repeats} seeds per workload"
                            + (", plus a time-to-quality run" if args.time_budget else "") + ")",
@@ -659,10 +657,9 @@ def mode_quality(args, command):
         runs, curves = quality_runs(args, workload, shape, dumps[workload], best_flags, progress, save)
         ttq = (time_to_quality(args, workload, shape, dumps[workload], best_flags, progress) if args.time_budget
                else None)
-        envs.append(env_of(runs, env0))
         pngs.append(br.save_plot(br.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
                                  f"{workload}: {shape['steps']} steps, {args.repeats} seeds "
-                                 f"({br.device_name(envs[-1])})"))
+                                 f"({br.device_name(env_of(runs, env0))})"))
         if ttq and ttq["history"]:
             pngs.append(br.save_plot(br.plot_time_to_quality, ttq, os.path.join(
                 out_dir, f"time-to-quality-{workload}.png"), f"{workload}, {ttq['suite']} suite: ROC AUC against "
@@ -673,11 +670,12 @@ def mode_quality(args, command):
     all_runs = [x for w in results.values() for x in w["runs"]]
     if nothing_measured(all_runs, "quality run"):
         return 1
-    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, envs[0], extra=[
+    env = env_of(all_runs, env0)
+    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, env, extra=[
         f"- seeds {list(range(args.repeats))}: the same seed gives both configurations the same initial weights "
         "and batches; the band in the plot is the min-max over seeds (run-to-run noise of each configuration)"]) \
         + lines
-    br.write_outputs(out_dir, "quality", command, envs[0], {"workloads": results}, lines, [p for p in pngs if p])
+    br.write_outputs(out_dir, "quality", command, env, {"workloads": results}, lines, [p for p in pngs if p])
     failed = any(x["status"] != "ok" for x in all_runs) or any(
         args.time_budget and not w["time_to_quality"] for w in results.values())
     return 1 if failed else 0
