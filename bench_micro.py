@@ -6,10 +6,10 @@ import time
 import torch
 
 from bench_report import Progress, table
-from profile_utils import md_cell
 from dump_format import one_line
 from loaders import LoaderConfig, make_loader
 from model import ModelConfig, datapoint_attention, train_key_block_mask
+from profile_utils import md_cell
 
 # --loaders-only: (row name, LoaderConfig fields).
 LOADER_CONFIGS = [
@@ -39,17 +39,17 @@ def _sync(device):
 
 
 def timed_ms(device, fn):
-    """(ms, fn()) of one call: CUDA events around it on CUDA (the GPU time of what it queues), else host clock."""
+    """ms of one fn() call: CUDA events around it on CUDA (the GPU time of what it queues), else host clock."""
     if device.type != "cuda":
         t0 = time.perf_counter()
-        result = fn()
-        return (time.perf_counter() - t0) * 1e3, result
+        fn()
+        return (time.perf_counter() - t0) * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    result = fn()
+    fn()
     end.record()
     end.synchronize()   # why: elapsed_time needs both events complete
-    return start.elapsed_time(end), result
+    return start.elapsed_time(end)
 
 
 # ---- Loaders -------------------------------------------------------------------------------------
@@ -65,21 +65,18 @@ def copy_ms(device, tensors, repeats):
             t.to(device, non_blocking=True)   # warm-up: allocator and driver set-up
         _sync(device)
         out[kind] = statistics.median(
-            timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src])[0] for _ in range(repeats))
+            timed_ms(device, lambda: [t.to(device, non_blocking=True) for t in src]) for _ in range(repeats))
     return out
 
 
-def measure_loader(info, batch_size, device, fields, warmup, batches):
-    """Batches/s and GB/s one loader delivers to `device` without training (a synchronize before and
-    after the timed batches); {"status": "failed", "error"} when it cannot be built or read."""
+def measure_loader(info, batch_size, device, fields, batches):
+    """Batches/s and GB/s one loader delivers to `device` without training; {"status": "failed", "error"} else."""
     t0 = time.perf_counter()
+    loader = None
     try:
         loader = make_loader(info, batch_size, device, LoaderConfig(**fields))
-    except Exception as e:   # one row says why (e.g. no kvikio); the other loaders still run
-        return {"status": "failed", "error": f"{type(e).__name__}: {one_line(e)}"}
-    try:
         it = iter(loader)
-        for _ in range(warmup):
+        for _ in range(LOADER_WARMUP):
             next(it)
         _sync(device)   # why: warm-up copies must not spill into the timed window
         setup, nbytes, t1 = time.perf_counter() - t0, 0, time.perf_counter()
@@ -89,19 +86,19 @@ def measure_loader(info, batch_size, device, fields, warmup, batches):
         _sync(device)   # why: copies may still be in flight; the clock stops when the last batch is there
         seconds = time.perf_counter() - t1
         desc = loader.describe()
-    except Exception as e:
+    except Exception as e:   # one row says why (e.g. no kvikio); the other loaders still run
         return {"status": "failed", "error": f"{type(e).__name__}: {one_line(e)}"}
     finally:
-        loader.close()
-    return {"status": "ok", "loader": desc.get("loader"), "path": desc.get("path"),
-            "notes": list(desc.get("notes") or loader.notes or []), "batches": batches, "bytes": nbytes,
-            "seconds": seconds, "batches_per_s": batches / seconds, "ms_per_batch": 1000.0 * seconds / batches,
-            "gb_per_s": nbytes / seconds / 1e9, "setup_s": setup}
+        if loader is not None:
+            loader.close()
+    return {"status": "ok", "loader": desc["loader"], "path": desc["path"], "notes": desc["notes"],
+            "batches": batches, "bytes": nbytes, "seconds": seconds, "batches_per_s": batches / seconds,
+            "ms_per_batch": 1000.0 * seconds / batches, "gb_per_s": nbytes / seconds / 1e9, "setup_s": setup}
 
 
 def run_loaders(shapes, infos, device, repeats, batches, h2d_mib):
-    """Every loader of LOADER_CONFIGS per workload, interleaved over repeats, with the host-to-device
-    reference measured in the same process. Returns {"h2d", "batch_copy_us", "rows", "measurements"}."""
+    """Every loader of LOADER_CONFIGS per workload, interleaved over repeats, and the host-to-device reference
+    in the same process: {"h2d", "batch_copy_us", "rows", "measurements"}."""
     nbytes = h2d_mib << 20
     ms = copy_ms(device, [torch.ones(nbytes, dtype=torch.uint8)], 10)   # written once: no page faults
     h2d = ms and {kind: {"bytes": nbytes, "median_ms": t, "gb_per_s": nbytes / (t / 1e3) / 1e9, "repeats": 10}
@@ -111,15 +108,12 @@ def run_loaders(shapes, infos, device, repeats, batches, h2d_mib):
         ms = copy_ms(device, [torch.randn(s["batch_size"], s["rows"], s["features"]),
                               torch.randn(s["batch_size"], s["rows"])], 50)
         copies[w] = ms and {kind: t * 1000.0 for kind, t in ms.items()}
-    fields_of = dict(LOADER_CONFIGS)
-    plan = [(w, r, name) for w in shapes for r in range(1, repeats + 1) for name, _ in LOADER_CONFIGS]
-    progress = Progress(len(plan), "loaders without training")
-    results = []
-    for workload, repeat, name in plan:
+    plan = [(w, r, name, fields) for w in shapes for r in range(1, repeats + 1) for name, fields in LOADER_CONFIGS]
+    progress, results = Progress(len(plan), "loaders without training"), []
+    for workload, repeat, name, fields in plan:
         t0 = time.perf_counter()
-        r = measure_loader(infos[workload], shapes[workload]["batch_size"], device, fields_of[name], LOADER_WARMUP,
-                           batches)
-        results.append({"workload": workload, "loader_config": name, "repeat": repeat, "kwargs": fields_of[name], **r})
+        r = measure_loader(infos[workload], shapes[workload]["batch_size"], device, fields, batches)
+        results.append({"workload": workload, "loader_config": name, "repeat": repeat, "kwargs": fields, **r})
         what = (f"{r['batches_per_s']:.1f} batches/s, {r['gb_per_s']:.3f} GB/s ({r['path']})"
                 if r["status"] == "ok" else f"FAILED: {r['error']}")
         progress.line(f"{workload} r{repeat}/{repeats} {name}", what, time.perf_counter() - t0)
@@ -211,7 +205,7 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
     first = (time.perf_counter() - t0) * 1e3
     for _ in range(2):
         call()
-    times = [timed_ms(device, call)[0] for _ in range(repeats)]
+    times = [timed_ms(device, call) for _ in range(repeats)]
     qkv.grad = None
     return {"first_ms": first, "times_ms": times}
 

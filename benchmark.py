@@ -1,16 +1,7 @@
 """Runs train_optimized.py configurations, each in its own process, and writes results/<gpu>/.
 
-    python benchmark.py                         # the ablation: both workloads, 3 interleaved repeats
-    python benchmark.py --quick                 # CPU-sized smoke run (what CI runs)
-    python benchmark.py --workloads blog --configs baseline,pinned+streams --repeats 5
-    python benchmark.py --profile               # the blog's four profiler tables, baseline | best
-    python benchmark.py --loaders-only          # loader throughput against the host-to-device bandwidth
-    python benchmark.py --attention             # the datapoint attention alone, per kernel, with its floors
-    python benchmark.py --scaling --gpus 1,2    # torchrun (DDP) scaling table
-    python benchmark.py --quality               # loss curves and time to the Random Forest's ROC AUC
-    python benchmark.py --budget-minutes 8 ...  # stop starting runs after 8 min; then the same + --resume
-
-Every figure comes from the run records (train_optimized.py --record) kept in the results JSON.
+Modes: the ablation (default), --profile, --loaders-only, --attention, --scaling (torchrun), --quality; README
+"Using it" shows the calls. Every figure comes from the run records (train_optimized.py --record) in the JSON.
 """
 import hashlib
 import json
@@ -68,6 +59,9 @@ QUICK_WORKLOADS = {
 # Every file that shapes a measured run: --resume reuses runs only while their digest matches.
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
                     "graphed_step.py", "triton_attention.py", "profile_utils.py", "prior_dump.py", "runtime.py")
+# The least value of each numeric flag (argument name: least).
+LEAST = dict(repeats=1, run_timeout=1, loader_batches=1, h2d_mib=1, steps=1, batch_size=1, rows=1, num_datasets=1,
+             timing_warmup=0)
 
 
 class RunError(Exception):
@@ -75,8 +69,7 @@ class RunError(Exception):
 
 
 def schedule(workloads, configs, repeats):
-    """[(workload, repeat (1-based), config)]: per workload, each repeat runs every config once (A B C A B C),
-    so drift over time hits every configuration alike."""
+    """[(workload, repeat (1-based), config)], every config once per repeat (A B C A B C): drift hits all alike."""
     return [(w, r, c) for w in workloads for r in range(1, repeats + 1) for c in configs]
 
 
@@ -88,55 +81,71 @@ def rel(path):
     return os.path.relpath(path, REPO)
 
 
+def read_source(name):
+    """The bytes of a repository file, b"" when it cannot be read."""
+    try:
+        with open(os.path.join(REPO, name), "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def train_sources():
+    """sha256 of train.py + train_optimized.py (whether a flag rejection still holds)."""
+    return hashlib.sha256(read_source("train.py") + read_source("train_optimized.py")).hexdigest()
+
+
+def code_sources():
+    """sha256 of MEASURED_SOURCES (whether an earlier run measured this code)."""
+    return hashlib.sha256(b"".join(map(read_source, MEASURED_SOURCES))).hexdigest()
+
+
 # ---- The machine, the output folder, the dumps ---------------------------------------------------
 
-def detect_env():
-    """GPU name from nvidia-smi, so this process never opens a CUDA context (each run gets a clean GPU)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-        if out.returncode == 0 and names:
-            return {"gpu_name": names[0], "device": "cuda", "gpu_count": len(names)}
-    except (OSError, subprocess.SubprocessError):
-        pass
+def detect_env(device="auto"):
+    """GPU name from nvidia-smi, so this process never opens a CUDA context; no GPU when runs get --device cpu."""
+    if not device.startswith("cpu"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30)
+            names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+            if out.returncode == 0 and names:
+                return {"gpu_name": names[0], "device": "cuda", "gpu_count": len(names)}
+        except (OSError, subprocess.SubprocessError):
+            pass
     return {"device": "cpu", "gpu_count": 0}
 
 
-def planned_env(args):
-    """detect_env(), or no GPU when the runs are told --device cpu."""
-    return {"device": "cpu", "gpu_count": 0} if args.device.startswith("cpu") else detect_env()
-
-
-def default_out_dir(env):
-    """results/<gpu-name-slug>/ (results/nvidia-h200/), or results/cpu-<host>/ without a GPU."""
+def out_dir_of(args, env):
+    """--out, else results/<gpu-name-slug>/ (results/nvidia-h200/), or results/cpu-<host>/ without a GPU."""
     name = br.device_name(env)
-    if name == "cpu":
-        return os.path.join(REPO, "results", "cpu-" + slug(str(env.get("hostname") or platform.node()).split(".")[0]))
-    return os.path.join(REPO, "results", slug(name))
+    host = str(env.get("hostname") or platform.node()).split(".")[0]
+    return args.out or os.path.join(REPO, "results", "cpu-" + slug(host) if name == "cpu" else slug(name))
 
 
-def ensure_dump(shape, seed, device="cpu", timeout=3600):
-    """The cached dump for `shape`, generated if missing by prior_dump.write_dump in a child process (the
-    prior may run on CUDA, and this process holds no CUDA context while runs use the GPU)."""
-    path = os.path.join(REPO, "data", "bench", f"prior-n{shape['num_datasets']}-r{shape['rows']}"
-                                               f"-f{shape['features']}-c2-s{seed}-{device}.h5")
-    if os.path.exists(path):
-        return path
-    print(f"generating {rel(path)} ({shape['num_datasets']} datasets x {shape['rows']} rows x "
-          f"{shape['features']} features, prior on {device}) ...", flush=True)
-    code = ("import sys, prior_dump; s = prior_dump.write_dump(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),"
-            " int(sys.argv[4]), 2, int(sys.argv[5]), device=sys.argv[6]);"
-            " print(f\"  done in {s['seconds']:.1f} s ({s['bytes'] / 1e6:.0f} MB)\")")
-    cmd = [sys.executable, "-c", code, path, str(shape["num_datasets"]), str(shape["rows"]),
-           str(shape["features"]), str(seed), device]
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, timeout=timeout, env=child_env())
-    except subprocess.TimeoutExpired:
-        raise RunError(f"generating the dump {path} took more than {timeout} s") from None
-    if proc.returncode != 0 or not os.path.exists(path):
-        raise RunError(f"could not generate the dump {path} (prior_dump.write_dump exit {proc.returncode})")
-    return path
+def make_dumps(args, shapes, timeout=3600):
+    """{workload: cached dump}, each written if missing by prior_dump.write_dump in a child process (the prior may
+    run on CUDA, and this process holds no CUDA context while runs use the GPU): on cuda when a GPU is present."""
+    device = detect_env(args.device)["device"] if args.dump_device == "auto" else args.dump_device
+    dumps = {}
+    for workload, shape in shapes.items():
+        n, rows, features = shape["num_datasets"], shape["rows"], shape["features"]
+        path = dumps[workload] = os.path.join(REPO, "data", "bench",
+                                              f"prior-n{n}-r{rows}-f{features}-c2-s{args.dump_seed}-{device}.h5")
+        if os.path.exists(path):
+            continue
+        print(f"generating {rel(path)} ({n} datasets x {rows} rows x {features} features, prior on {device}) ...",
+              flush=True)
+        code = ("import sys, prior_dump; a = sys.argv[1:]; s = prior_dump.write_dump(a[0], *map(int, a[1:4]), 2, "
+                "int(a[4]), device=a[5]); print(f\"  done in {s['seconds']:.1f} s ({s['bytes'] / 1e6:.0f} MB)\")")
+        cmd = [sys.executable, "-c", code, path, str(n), str(rows), str(features), str(args.dump_seed), device]
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, timeout=timeout, env=child_env())
+        except subprocess.TimeoutExpired:
+            raise RunError(f"generating the dump {path} took more than {timeout} s") from None
+        if proc.returncode != 0 or not os.path.exists(path):
+            raise RunError(f"could not generate the dump {path} (prior_dump.write_dump exit {proc.returncode})")
+    return dumps
 
 
 def child_env(distributed=False):
@@ -164,8 +173,8 @@ def train_command(dump, shape, flags, record_path, device="auto", extra=(), npro
 
 
 def run_once(cmd, record_path, timeout):
-    """Runs one training process and reads its record: {"status" ("ok", "unsupported": argparse refused the
-    flags, "failed"), "returncode", "wall_seconds", "error" (one line), "record"}."""
+    """One training process and its record: {"status" ("ok", "unsupported": argparse refused the flags,
+    "failed"), "returncode", "wall_seconds", "error" (one line), "record"}."""
     if os.path.exists(record_path):
         os.remove(record_path)
     t0 = time.perf_counter()
@@ -204,11 +213,14 @@ def slim_record(record):
     return {**{k: v for k, v in record.items() if k != "extra"}, "extra": extra}
 
 
+def runs_for_json(runs):
+    return [{k: (slim_record(v) if k == "record" and v else v) for k, v in r.items()} for r in runs]
+
+
 def result_text(result):
-    if result["status"] in ("unsupported", "pending"):
-        return ("skipped: " if result["status"] == "unsupported" else "not started: ") + result["error"]
-    if result["status"] == "failed":
-        return f"FAILED: {result['error']}"
+    if result["status"] != "ok":
+        prefix = {"unsupported": "skipped: ", "pending": "not started: "}.get(result["status"], "FAILED: ")
+        return prefix + result["error"]
     s = br.summarize_record(result["record"])
     return f"{format_ms(s['step_ms'])}/step (data {100 * s['data_share']:.1f}%)"
 
@@ -216,7 +228,7 @@ def result_text(result):
 def run_seconds_guess(args):
     """(seconds per run, basis) to announce: the median wall time of <out>/<name>.json's runs, else a guess."""
     try:
-        with open(os.path.join(args.out or default_out_dir(planned_env(args)), f"{args.name}.json")) as f:
+        with open(os.path.join(out_dir_of(args, detect_env(args.device)), f"{args.name}.json")) as f:
             data = json.load(f)
         walls = [r["wall_seconds"] for r in data.get("runs", []) if r.get("wall_seconds")]
         if walls and data.get("quick") == args.quick:
@@ -228,9 +240,9 @@ def run_seconds_guess(args):
 
 def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=None, previous=None, deadline=None,
                what="runs"):
-    """Runs every schedule() entry in its own process with numbered progress lines. flags_of: {config: flags}
-    (default FLAGS); nproc_of: {config: processes} (torchrun); previous: {(workload, repeat, config): run} to
-    reuse (--resume); deadline: time.monotonic() after which no run starts (status "pending")."""
+    """Runs every schedule() entry in its own process. flags_of: {config: flags} (default FLAGS); nproc_of:
+    {config: torchrun processes}; previous: {(workload, repeat, config): run} to reuse (--resume); deadline:
+    time.monotonic() after which no run starts (status "pending")."""
     flags_of, previous, unsupported, runs = flags_of or FLAGS, previous or {}, {}, []
     plan = schedule(list(shapes), configs, repeats)
     progress = br.Progress(len(plan), f"{what} ({len(shapes)} workloads x {len(configs)} configs x {repeats} "
@@ -270,8 +282,7 @@ def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=No
 
 
 def nothing_measured(runs, what):
-    """True (with a one-line note) when no run produced a record: an earlier run's files are kept rather than
-    overwritten by a table of failures."""
+    """True (with a one-line note) when no run produced a record: earlier files are kept, not overwritten."""
     if any(r["status"] == "ok" for r in runs):
         return False
     print(f"no {what} produced a record; nothing written (first error: "
@@ -282,14 +293,6 @@ def nothing_measured(runs, what):
 def env_of(runs, fallback):
     """The environment of the first run record that has one, else `fallback`."""
     return br.environment_of([r["record"] for r in runs if r.get("record")]) or fallback
-
-
-def best_json(best):
-    return {w: {"config": b[0], "flags": b[1], "why": b[2]} for w, b in best.items()}
-
-
-def runs_for_json(runs):
-    return [{k: (slim_record(v) if k == "record" and v else v) for k, v in r.items()} for r in runs]
 
 
 def load_previous(path, shapes, dumps, args):
@@ -309,36 +312,16 @@ def load_previous(path, shapes, dumps, args):
     if data.get("code_sources") != code_sources():
         print("resume: the code that shapes a run changed since the earlier runs; running everything", flush=True)
         return {}
-    same = {w for w in shapes if (data.get("workloads") or {}).get(w) == {**shapes[w], "dump": rel(dumps[w])}}
+    same = {w for w in shapes if (data.get("workloads") or {}).get(w) == workloads_json(shapes, dumps)[w]}
     keep = ("ok", "unsupported") if data.get("train_sources") == train_sources() else ("ok",)
     return {(r["workload"], r["repeat"], r["config"]): r for r in data.get("runs", [])
             if r.get("status") in keep and (r.get("record") or r["status"] == "unsupported")
             and r["workload"] in same and r["config"] in FLAGS and r.get("flags") == FLAGS[r["config"]]}
 
 
-def _sources_digest(names):
-    digest = hashlib.sha256()
-    for name in names:
-        try:
-            with open(os.path.join(REPO, name), "rb") as f:
-                digest.update(f.read())
-        except OSError:
-            pass
-    return digest.hexdigest()
+# ---- Workloads -----------------------------------------------------------------------------------
 
-
-def train_sources():
-    """sha256 of train.py + train_optimized.py (whether a flag rejection still holds)."""
-    return _sources_digest(("train.py", "train_optimized.py"))
-
-
-def code_sources():
-    return _sources_digest(MEASURED_SOURCES)
-
-
-# ---- Command-line values -------------------------------------------------------------------------
-
-def _parse_list(text, known, what):
+def parse_list(text, known, what):
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UsageError(f"--{what} is empty")
@@ -351,40 +334,27 @@ def _parse_list(text, known, what):
 def resolve_workloads(args):
     """{name: shape} of the selected workloads with the command-line overrides applied."""
     table = QUICK_WORKLOADS if args.quick else WORKLOADS
+    given = dict(steps=args.steps, batch_size=args.batch_size, rows=args.rows, num_datasets=args.num_datasets,
+                 warmup=args.timing_warmup)
     shapes = {}
-    for name in _parse_list(args.workloads, list(table), "workloads"):
-        shape = dict(table[name])
-        for key in ("steps", "batch_size", "rows", "num_datasets", "timing_warmup"):
-            value, least = getattr(args, key), 0 if key == "timing_warmup" else 1
-            if value is not None and value < least:
-                raise UsageError(f"--{key.replace('_', '-')} must be at least {least}")
-            if value is not None:
-                shape["warmup" if key == "timing_warmup" else key] = value
+    for name in parse_list(args.workloads, list(table), "workloads"):
+        shape = shapes[name] = {**table[name], **{k: v for k, v in given.items() if v is not None}}
         if shape["steps"] <= shape["warmup"]:
             raise UsageError(f"{name}: --steps {shape['steps']} must exceed the {shape['warmup']} warm-up steps "
                              "(lower --timing-warmup)")
         if shape["batch_size"] > shape["num_datasets"]:
             raise UsageError(f"{name}: batch size {shape['batch_size']} exceeds the dump's "
                              f"{shape['num_datasets']} datasets")
-        shapes[name] = shape
     return shapes
 
 
-def _workload_line(shape, dump):
+def workload_line(shape, dump):
     return (f"batch {shape['batch_size']} x {shape['rows']} rows x {shape['features']} features, "
             f"{shape['steps']} steps ({shape['warmup']} warm-up steps excluded); dump "
             f"`{rel(dump)}` ({shape['num_datasets']} datasets)")
 
 
-def _dumps(args, shapes):
-    """{workload: dump path}, generated where missing (prior on cuda when a GPU is present, unless told)."""
-    device = args.dump_device
-    if device == "auto":
-        device = "cuda" if planned_env(args)["device"] == "cuda" else "cpu"
-    return {w: ensure_dump(shape, args.dump_seed, device) for w, shape in shapes.items()}
-
-
-def _workloads_json(shapes, dumps):
+def workloads_json(shapes, dumps):
     return {w: {**shapes[w], "dump": rel(dumps[w])} for w in shapes}
 
 
@@ -393,15 +363,14 @@ def _workloads_json(shapes, dumps):
 def mode_ablation(args, command):
     """Runs the matrix and writes <name>.md, <name>.json and the PNGs. Returns (exit code, rows, out dir)."""
     deadline = time.monotonic() + 60 * args.budget_minutes if args.budget_minutes else None
-    shapes = resolve_workloads(args)
-    out_dir = args.out or default_out_dir(planned_env(args))
-    dumps = _dumps(args, shapes)
+    shapes, env0 = resolve_workloads(args), detect_env(args.device)
+    out_dir, dumps = out_dir_of(args, env0), make_dumps(args, shapes)
     previous = load_previous(os.path.join(out_dir, f"{args.name}.json"), shapes, dumps, args) if args.resume else {}
     runs = run_matrix(shapes, dumps, args.config_list, args.repeats, args, previous=previous, deadline=deadline,
                       what="ablation")
     if nothing_measured(runs, "run"):
         return 1, {}, out_dir
-    env = env_of(runs, planned_env(args))
+    env = env_of(runs, env0)
     pending = sum(r["status"] == "pending" for r in runs)
     incomplete = ([f"- INCOMPLETE: {len(runs) - pending} of {len(runs)} runs done when --budget-minutes "
                    f"{args.budget_minutes:g} ran out; rerun the same command with --resume to finish"]
@@ -418,14 +387,14 @@ def mode_ablation(args, command):
         + (f"; {sum(bool(r.get('reused')) for r in runs)} runs reused from an earlier invocation (--resume)"
            if previous else ""), *incomplete])
     for workload, rows in all_rows.items():
-        lines += [f"## {workload} workload", "", _workload_line(shapes[workload], dumps[workload]), "",
+        lines += [f"## {workload} workload", "", workload_line(shapes[workload], dumps[workload]), "",
                   *br.ablation_table(rows, shapes[workload]["batch_size"]), ""]
     lines += br.targets_lines(all_rows, args.quick)
     pngs = br.plot_ablation(out_dir, args.name, all_rows)
     br.write_outputs(out_dir, args.name, command, env, {
         "quick": args.quick, "repeats": args.repeats, "order": "interleaved", "device_arg": args.device,
         "train_args": args.train_args_list, "complete": not pending, "train_sources": train_sources(),
-        "code_sources": code_sources(), "workloads": _workloads_json(shapes, dumps),
+        "code_sources": code_sources(), "workloads": workloads_json(shapes, dumps),
         "configs": [{"name": n, "flags": FLAGS[n], "group": GROUPS[n]} for n in args.config_list],
         "rows": all_rows, "targets": br.TARGETS, "plots": [os.path.basename(p) for p in pngs],
         "runs": runs_for_json(runs)}, lines, pngs)
@@ -436,8 +405,7 @@ def mode_ablation(args, command):
 # ---- Mode: --profile, the blog's four tables for the baseline and the best configuration ---------
 
 def best_configs(args, shapes, out_dir):
-    """{workload: (name, flags, why) or None} to profile / scale: --best-flags, else the lowest median of
-    <out>/<name>.json (an earlier ablation)."""
+    """{workload: (name, flags, why) or None}: --best-flags, else the lowest median of <out>/<name>.json."""
     if args.best_flags is not None:
         return {w: ("best", shlex.split(args.best_flags), "given with --best-flags") for w in shapes}
     path = os.path.join(out_dir, f"{args.name}.json")
@@ -451,19 +419,23 @@ def best_configs(args, shapes, out_dir):
             for w, b in best.items()}
 
 
+def best_json(best):
+    return {w: {"config": b[0], "flags": b[1], "why": b[2]} for w, b in best.items()}
+
+
 def mode_profile(args, command):
     """Profiles the baseline and the best configuration of each workload; writes profile.md / profile.json."""
-    shapes = resolve_workloads(args)
-    out_dir = args.out or default_out_dir(planned_env(args))
+    shapes, env0 = resolve_workloads(args), detect_env(args.device)
+    out_dir = out_dir_of(args, env0)
     best = best_configs(args, shapes, out_dir)
-    if any(v is None for v in best.values()):
+    if None in best.values():
         print(f"profile: no --best-flags and no {args.name}.json with every workload in {os.path.relpath(out_dir)}; "
               "running the ablation first", flush=True)
         out_dir = mode_ablation(args, command)[2]
         best = best_configs(args, shapes, out_dir)
-        if any(v is None for v in best.values()):
+        if None in best.values():
             raise RunError("no configuration produced a timing in the ablation; nothing to profile")
-    dumps, trace_root, runs = _dumps(args, shapes), os.path.join(REPO, "runs", "bench-profile"), []
+    dumps, trace_root, runs = make_dumps(args, shapes), os.path.join(REPO, "runs", "bench-profile"), []
     for workload, shape in shapes.items():
         name, flags, _ = best[workload]
         flags_of = {"baseline": []} | ({name if name != "baseline" else "best": flags} if flags else {})
@@ -474,7 +446,7 @@ def mode_profile(args, command):
             what="profiled runs")]
     if nothing_measured(runs, "profiled run"):
         return 1
-    env = env_of(runs, planned_env(args))
+    env = env_of(runs, env0)
     lines = br.header_lines("Profiles: baseline and best configuration", command, env, extra=[
         "- torch.profiler over a few steps of each run (profile_utils.TrainingProfiler: wait/warm-up/active "
         "schedule); the profiler slows the host, so its times are for attribution; quote step times from "
@@ -503,21 +475,15 @@ def mode_profile(args, command):
 
 # ---- Modes measured in this process (bench_micro): --loaders-only and --attention ----------------
 
-def _in_process(args):
-    """(device, environment, out dir) of a mode that measures in this process."""
-    from profile_utils import environment_record
-    device = resolve_device(args.device)
-    env = environment_record(device)
-    return device, env, args.out or default_out_dir(env)
-
-
 def mode_loaders(args, command):
     """Each loader of bench_micro.LOADER_CONFIGS without training; writes loaders.md / loaders.json."""
     shapes = resolve_workloads(args)
-    dumps = _dumps(args, shapes)   # first: a missing dump is generated in a child, before this process uses CUDA
+    dumps = make_dumps(args, shapes)   # first: a missing dump is generated in a child, before this process uses CUDA
     import bench_micro
     from dump_format import DumpError, open_dump
-    device, env, out_dir = _in_process(args)
+    from profile_utils import environment_record
+    device = resolve_device(args.device)
+    env = environment_record(device)
     try:
         infos = {w: open_dump(dumps[w]) for w in shapes}
     except DumpError as e:
@@ -530,16 +496,17 @@ def mode_loaders(args, command):
         "- measured in one process (no model, each loader closed before the next) so the loaders and the "
         "host-to-device reference share the same device and process"])
     lines += bench_micro.loaders_lines(data, shapes, {w: rel(p) for w, p in dumps.items()}, args.h2d_mib)
-    br.write_outputs(out_dir, "loaders", command, env, {"workloads": _workloads_json(shapes, dumps), **data}, lines)
+    br.write_outputs(out_dir_of(args, env), "loaders", command, env,
+                     {"workloads": workloads_json(shapes, dumps), **data}, lines)
     return 1 if any(r["status"] != "ok" for r in data["measurements"]) else 0
 
 
 def mode_attention(args, command):
     """The datapoint attention alone per kernel, at each workload's shape and split quantiles."""
     import bench_micro
-    shapes = resolve_workloads(args)
-    device, env, out_dir = _in_process(args)
-    repeats = 3 if args.quick else 15
+    from profile_utils import environment_record
+    shapes, device = resolve_workloads(args), resolve_device(args.device)
+    env, repeats = environment_record(device), 3 if args.quick else 15
     results = bench_micro.run_attention(shapes, device, repeats)
     first = next(iter(results.values()))
     lines = br.header_lines("The datapoint attention alone: the floor under a training step", command, env,
@@ -547,7 +514,7 @@ def mode_attention(args, command):
                                                                      first["layers"]))
     targets = {w: None if args.quick else br.TARGETS.get(w, {}).get("step_ms") for w in results}
     lines += bench_micro.attention_lines(results, targets)
-    br.write_outputs(out_dir, "attention", command, env, {"workloads": results}, lines)
+    br.write_outputs(out_dir_of(args, env), "attention", command, env, {"workloads": results}, lines)
     return 0
 
 
@@ -555,14 +522,7 @@ def mode_attention(args, command):
 
 def supports_torchrun():
     """Whether train.py / train_optimized.py set up torch.distributed."""
-    for name in ("train.py", "train_optimized.py", "runtime.py"):
-        try:
-            with open(os.path.join(REPO, name)) as f:
-                if "init_process_group" in f.read():
-                    return True
-        except OSError:
-            pass
-    return False
+    return any(b"init_process_group" in read_source(n) for n in ("train.py", "train_optimized.py", "runtime.py"))
 
 
 def resolve_gpus(args, env):
@@ -589,9 +549,8 @@ def mode_scaling(args, command):
         raise UsageError("train_optimized.py does not support torchrun yet (no torch.distributed set-up in "
                          "train.py / train_optimized.py)")
     shapes, env0 = resolve_workloads(args), detect_env()
-    gpus = resolve_gpus(args, env0)
-    out_dir = args.out or default_out_dir(env0)
-    best, dumps, runs = best_configs(args, shapes, out_dir), _dumps(args, shapes), []
+    gpus, out_dir = resolve_gpus(args, env0), out_dir_of(args, env0)
+    best, dumps, runs = best_configs(args, shapes, out_dir), make_dumps(args, shapes), []
     labels = [br.gpu_label(g) for g in gpus]
     for workload, shape in shapes.items():
         best[workload] = best[workload] or ("baseline", [], "no --best-flags and no ablation.json: baseline")
@@ -612,13 +571,14 @@ def mode_scaling(args, command):
     pngs = []
     for workload, wrows in rows.items():
         name, flags, why = best[workload]
-        lines += [f"## {workload} workload", "", _workload_line(shapes[workload], dumps[workload])
+        lines += [f"## {workload} workload", "", workload_line(shapes[workload], dumps[workload])
                   + f"; flags `{' '.join(flags) or '(none)'}` ({name}: {why})", "", *br.scaling_table(wrows, unit), ""]
         plotted = [r for r in wrows if "step_ms" in r]
-        pngs += [p for p in [plotted and br.save_plot(br.plot_scaling, plotted, os.path.join(
-            out_dir, f"scaling-{workload}.png"), f"{workload}: DDP scaling ({br.device_name(env)})")] if p]
+        png = plotted and br.save_plot(br.plot_scaling, plotted, os.path.join(out_dir, f"scaling-{workload}.png"),
+                                       f"{workload}: DDP scaling ({br.device_name(env)})")
+        pngs += [png] if png else []
     br.write_outputs(out_dir, "scaling", command, env, {
-        "gpus": gpus, "workloads": _workloads_json(shapes, dumps), "flags": best_json(best),
+        "gpus": gpus, "workloads": workloads_json(shapes, dumps), "flags": best_json(best),
         "rows": rows, "runs": runs_for_json(runs)}, lines, pngs)
     return 1 if any(r["status"] != "ok" for w in rows.values() for r in w) else 0
 
@@ -681,10 +641,10 @@ def mode_quality(args, command):
     """Baseline (fp32, no flags) vs --best-flags (default --fast): loss curves over --repeats seeds, their eval
     scores, and a --time-budget run timed to the Random Forest's mean ROC AUC."""
     shapes, env0 = resolve_workloads(args), detect_env()
-    out_dir = args.out or default_out_dir(env0)
+    out_dir = out_dir_of(args, env0)
     best_flags = args.best_flags.split() if args.best_flags else ["--fast"]
     os.makedirs(os.path.join(REPO, "runs", "bench-quality"), exist_ok=True)
-    dumps, results, pngs, envs, lines = _dumps(args, shapes), {}, [], [], []
+    dumps, results, pngs, lines = make_dumps(args, shapes), {}, [], []
     progress = br.Progress(len(shapes) * (2 * args.repeats + bool(args.time_budget)),
                            f"quality (baseline and best over {args.repeats} seeds per workload"
                            + (", plus a time-to-quality run" if args.time_budget else "") + ")",
@@ -697,25 +657,25 @@ def mode_quality(args, command):
         runs, curves = quality_runs(args, workload, shape, dumps[workload], best_flags, progress, save)
         ttq = (time_to_quality(args, workload, shape, dumps[workload], best_flags, progress) if args.time_budget
                else None)
-        envs.append(env_of(runs, env0))
-        path = br.save_plot(br.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
-                            f"{workload}: {shape['steps']} steps, {args.repeats} seeds ({br.device_name(envs[-1])})")
-        pngs += [path] if path else []
+        pngs.append(br.save_plot(br.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
+                                 f"{workload}: {shape['steps']} steps, {args.repeats} seeds "
+                                 f"({br.device_name(env_of(runs, env0))})"))
         if ttq and ttq["history"]:
-            path = br.save_plot(br.plot_time_to_quality, ttq, os.path.join(out_dir, f"time-to-quality-{workload}.png"),
-                                f"{workload}, {ttq['suite']} suite: ROC AUC against training seconds")
-            pngs += [path] if path else []
-        lines += [f"## {workload} workload", "", _workload_line(shape, dumps[workload]) + f"; {shape['steps']} steps",
+            pngs.append(br.save_plot(br.plot_time_to_quality, ttq, os.path.join(
+                out_dir, f"time-to-quality-{workload}.png"), f"{workload}, {ttq['suite']} suite: ROC AUC against "
+                "training seconds"))
+        lines += [f"## {workload} workload", "", workload_line(shape, dumps[workload]) + f"; {shape['steps']} steps",
                   "", *br.quality_lines(runs, ttq)]
         results[workload] = {"shape": shape, "dump": rel(dumps[workload]), "runs": runs, "time_to_quality": ttq}
     all_runs = [x for w in results.values() for x in w["runs"]]
     if nothing_measured(all_runs, "quality run"):
         return 1
-    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, envs[0], extra=[
+    env = env_of(all_runs, env0)
+    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, env, extra=[
         f"- seeds {list(range(args.repeats))}: the same seed gives both configurations the same initial weights "
         "and batches; the band in the plot is the min-max over seeds (run-to-run noise of each configuration)"]) \
         + lines
-    br.write_outputs(out_dir, "quality", command, envs[0], {"workloads": results}, lines, pngs)
+    br.write_outputs(out_dir, "quality", command, env, {"workloads": results}, lines, [p for p in pngs if p])
     failed = any(x["status"] != "ok" for x in all_runs) or any(
         args.time_budget and not w["time_to_quality"] for w in results.values())
     return 1 if failed else 0
@@ -728,46 +688,38 @@ def build_parser():
     add = p.add_argument
     add("--quick", action="store_true", help="CPU-sized run: tiny dumps, 6 steps, 1 repeat, a few configs (CI)")
     add("--workloads", default="blog,upstream", help="comma-separated workloads: blog, upstream")
-    add("--configs", default=None, help="comma-separated config names of the matrix (default: all; --quick: "
-        + ", ".join(QUICK_CONFIGS) + ")")
-    add("--repeats", type=int, default=None, help="interleaved repeats (default 3; --quick: 1)")
-    add("--steps", type=int, default=None, help="steps per run, for every selected workload")
-    add("--batch-size", type=int, default=None, help="datasets per step (per rank), every workload")
-    add("--rows", type=int, default=None, help="rows per dataset of the generated dumps")
-    add("--num-datasets", type=int, default=None, help="datasets in the generated dumps")
-    add("--timing-warmup", type=int, default=None, help="untimed warm-up steps per run")
+    add("--configs", help="comma-separated config names (default: all; --quick: " + ", ".join(QUICK_CONFIGS) + ")")
+    add("--repeats", type=int, help="interleaved repeats (default 3; --quick: 1)")
+    add("--steps", type=int, help="steps per run, for every selected workload")
+    add("--batch-size", type=int, help="datasets per step (per rank), every workload")
+    add("--rows", type=int, help="rows per dataset of the generated dumps")
+    add("--num-datasets", type=int, help="datasets in the generated dumps")
+    add("--timing-warmup", type=int, help="untimed warm-up steps per run")
     add("--dump-seed", type=int, default=0, help="prior seed of the generated dumps (cache key)")
-    add("--dump-device", choices=["auto", "cpu", "cuda"], default="auto", help="where prior_dump generates a "
-        "missing dump (auto: cuda when a GPU is present; CPU and CUDA dumps differ and are cached apart)")
+    add("--dump-device", choices=["auto", "cpu", "cuda"], default="auto",
+        help="where prior_dump generates a missing dump (auto: cuda when present; cached apart)")
     add("--device", default="auto", help="--device of every run: auto, cpu, cuda or cuda:N")
     add("--train-args", default="", help='extra train_optimized.py arguments for every run, e.g. "--optimizer adamw"')
     add("--run-timeout", type=int, default=1800, help="seconds before one run is killed")
-    add("--budget-minutes", type=float, default=None,
-        help="start no new run after this many minutes; what is done is written (finish with --resume)")
-    add("--resume", action="store_true",
-        help="reuse the successful runs of <out>/<name>.json with the same shapes, dumps and flags")
-    add("--out", default=None, help="output folder (default: results/<gpu-name>/)")
+    add("--budget-minutes", type=float, help="start no new run after this many minutes (finish with --resume)")
+    add("--resume", action="store_true", help="reuse the successful runs of <out>/<name>.json with the same set-up")
+    add("--out", help="output folder (default: results/<gpu-name>/)")
     add("--name", default="ablation", help="base name of the ablation files (ablation.md, .json)")
     mode = p.add_mutually_exclusive_group().add_argument
-    mode("--profile", action="store_true", help="profile the baseline and the best config: the blog's four "
-         "tables -> profile.md")
-    mode("--loaders-only", action="store_true",
-         help="loader throughput without training (batches/s, GB/s vs host-to-device) -> loaders.md")
-    mode("--quality", action="store_true", help="loss curves and eval of baseline vs best (--best-flags, default "
-         "--fast) over --repeats seeds, plus a --time-budget run -> quality.md, loss-curves-<workload>.png")
-    mode("--attention", action="store_true", help="the datapoint attention alone (forward + backward) per kernel "
-         "at each workload's shape and split quantiles, with TFLOP/s and the SFU / tensor-core floors -> attention.md")
-    mode("--scaling", action="store_true", help="torchrun over --gpus process counts -> scaling.md, "
-         "scaling-<workload>.png")
-    add("--best-flags", default=None, help='flags of the "best" config for --profile / --scaling / --quality, '
-        'written with "=": --best-flags="--resident --flash" (default: the lowest median in <out>/ablation.json)')
-    add("--gpus", default=None, help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to the GPU count; "
-        "CPU --quick: 1,2)")
-    add("--time-budget", type=float, default=0.0, help="--quality: also train --best-flags for this many seconds "
-        "and time the first eval at or above the Random Forest's ROC AUC")
+    mode("--profile", action="store_true", help="the blog's four profiler tables, baseline | best -> profile.md")
+    mode("--loaders-only", action="store_true", help="loader throughput without training vs host-to-device -> "
+         "loaders.md")
+    mode("--quality", action="store_true", help="loss curves and eval of baseline vs best over --repeats seeds "
+         "-> quality.md")
+    mode("--attention", action="store_true", help="the datapoint attention alone per kernel, with its floors -> "
+         "attention.md")
+    mode("--scaling", action="store_true", help="torchrun over --gpus process counts -> scaling.md")
+    add("--best-flags", help='flags of the "best" config, as --best-flags="--resident --flash" (default: the '
+        "lowest median in <out>/ablation.json; --quality: --fast)")
+    add("--gpus", help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to the GPU count)")
+    add("--time-budget", type=float, default=0.0, help="--quality: also train --best-flags this many seconds")
     add("--eval-every", default="500", help="--quality: steps (or Ns seconds) between evals of that run")
-    add("--eval-suite", choices=["toy", "real"], default="toy",
-        help="--quality: evaluate on the toy sklearn tasks or the real-data suite (baselines as the bars)")
+    add("--eval-suite", choices=["toy", "real"], default="toy", help="--quality: evaluate on the toy or real suite")
     add("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
     add("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
     return p
@@ -776,14 +728,12 @@ def build_parser():
 def check_args(args, argv):
     """Fills the defaults that depend on --quick and checks the numbers (UsageError); returns the command."""
     args.repeats = args.repeats if args.repeats is not None else 1 if args.quick else 3
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    for key, least in LEAST.items():
+        if getattr(args, key) is not None and getattr(args, key) < least:
+            raise UsageError(f"--{key.replace('_', '-')} must be at least {least}, got {getattr(args, key)}")
     if args.budget_minutes is not None and args.budget_minutes <= 0:
         raise UsageError(f"--budget-minutes must be positive, got {args.budget_minutes:g}")
-    for flag in ("run_timeout", "loader_batches", "h2d_mib"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    args.config_list = (_parse_list(args.configs, list(FLAGS), "configs") if args.configs
+    args.config_list = (parse_list(args.configs, list(FLAGS), "configs") if args.configs
                         else list(QUICK_CONFIGS) if args.quick else list(FLAGS))
     args.train_args_list = shlex.split(args.train_args)
     return shlex.join(["python", "benchmark.py"] + argv)

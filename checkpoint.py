@@ -24,12 +24,10 @@ class CheckpointError(ValueError):
 def read_checkpoint(path) -> dict:
     """torch.load with weights_only=True (pickled code never runs); every bad file is one CheckpointError."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint {path} is not a file")
-    if os.path.getsize(path) == 0:
-        raise CheckpointError(f"checkpoint {path} is empty")
+    problem = ("does not exist" if not os.path.exists(path) else "is not a file" if not os.path.isfile(path)
+               else "is empty" if os.path.getsize(path) == 0 else None)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} {problem}")
     damaged = f"checkpoint {path} is not a PyTorch checkpoint, or is corrupt or truncated"
     try:
         with warnings.catch_warnings():
@@ -63,8 +61,7 @@ def _names_objects(path) -> bool:
 
 
 def dump_identity(info, content_digest: str = "") -> dict:
-    """What a checkpoint must match to resume on a dump: shapes, a hash of the per-dataset metadata and,
-    where the loader computed one, a digest of the values."""
+    """What a checkpoint must match to resume on a dump: shapes, a metadata hash and, if given, a values digest."""
     digest = metadata_sha256(info.num_features, info.num_datapoints, info.splits)
     identity = {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
                 "metadata_sha256": digest[:16]}
@@ -92,11 +89,7 @@ def set_rng_state(state: dict):
 
 def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list, train_seconds: float,
                     meta: dict):
-    """Writes model, optimizer, loader position, RNG and step atomically; refuses a non-finite state.
-
-    "model" holds the inference weights (what NanoTabPFNClassifier.from_checkpoint loads);
-    "train_state" holds what resuming needs.
-    """
+    """Writes everything resume needs ("train_state") and the inference weights ("model") atomically."""
     weights = unwrap(model).state_dict()
     # One host sync per save: a checkpoint must never hold NaN/inf, the last good one stays instead.
     finite = torch.stack([t.isfinite().all() for t in weights.values() if t.is_floating_point()]).all()
@@ -128,8 +121,7 @@ def load_checkpoint(path: str, meta: dict) -> dict:
         raise CheckpointError(f"checkpoint {path} was trained with optimizer {state.get('optimizer')}, this run "
                               f"uses {meta['optimizer']}: its state cannot continue in another optimizer")
     stored_data = state["data"]
-    common = set(stored_data) & set(meta["data"])
-    if any(stored_data[k] != meta["data"][k] for k in common):
+    if any(stored_data[k] != v for k, v in meta["data"].items() if k in stored_data):
         raise CheckpointError(f"checkpoint {path} was trained on a different dump: {stored_data} "
                               f"(this run: {meta['data']})")
     if state["global_batch"] != meta["global_batch"]:

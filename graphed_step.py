@@ -1,5 +1,6 @@
 """Optimizers (upstream's schedule-free AdamW, a graph-safe fused form of it) and the whole-step CUDA graph."""
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from model import padded_test_row_mask
@@ -9,11 +10,6 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The NanoTabPFNModel inside DistributedDataParallel / torch.compile wrappers."""
     model = getattr(model, "module", model)          # DDP
     return getattr(model, "_orig_mod", model)       # torch.compile
-
-
-def _process_group() -> bool:
-    import torch.distributed as dist
-    return dist.is_available() and dist.is_initialized()
 
 
 def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False):
@@ -29,19 +25,10 @@ def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = F
     raise ValueError(f"unknown optimizer {name!r} (choose schedulefree or adamw)")
 
 
-def set_optimizer_mode(optimizer, training: bool):
-    """Schedule-free AdamW keeps two weight sequences; .train()/.eval() swaps which one the model holds."""
-    if hasattr(optimizer, "train"):
-        optimizer.train() if training else optimizer.eval()
-
-
 @torch.no_grad()
 def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
-    """The weights to evaluate with (schedule-free's x = lerp(y, z, 1 - 1/beta1)), computed out of place.
-
-    Why out of place: swapping in place and back is not bit-exact, so an eval or a checkpoint would
-    perturb training. For torch AdamW they are the model's own weights.
-    """
+    """Weights to evaluate with (schedule-free's x = lerp(y, z, 1 - 1/beta1)), out of place: swapping in place
+    and back is not bit-exact, so an eval or a checkpoint would perturb training."""
     model = unwrap(model)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if not hasattr(optimizer, "train"):
@@ -56,9 +43,8 @@ def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
 class FusedScheduleFreeAdamW(torch.optim.Optimizer):
     """Schedule-free AdamW with every per-step scalar in a device tensor, so a CUDA graph can replay it.
 
-    Same math as schedulefree.AdamWScheduleFree(lr, weight_decay) at its defaults (no warm-up, r=0,
-    weight_lr_power=2, so ckp1 = 1/(k+1)); the package computes ckp1 and the bias correction as Python
-    floats, which a graph would freeze at capture. Runs as a few multi-tensor (foreach) kernels.
+    The math of schedulefree.AdamWScheduleFree at its defaults (no warm-up, r=0, weight_lr_power=2, so
+    ckp1 = 1/(k+1)), whose Python-float scalars a graph would freeze; a few foreach kernels.
     """
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
@@ -122,13 +108,11 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
 
 
 class GraphedTrainStep:
-    """The whole step (static-shape forward, masked loss, backward, clipping, optimizer) as one CUDA graph.
+    """The whole step (padded forward, masked loss, backward, clipping, optimizer) as one CUDA graph.
 
-    Each batch is copied into zero-padded static buffers (B, R_max, F_max) and forward_padded masks the
-    padding; split and sizes are device tensors, so a new value is new buffer content, not a new graph.
-    The loss is the baseline's mean over the real test cells. The first steps run eagerly on a side
-    stream (capture needs warm-up there), then one capture and replays. Without CUDA the same padded
-    step runs eagerly, so CPU tests cover its arithmetic.
+    Batches go into zero-padded static buffers (B, R_max, F_max); split and sizes are device tensors, so new
+    values are new buffer content, not a new graph. Eager warm-up on a side stream, one capture, then replays;
+    without CUDA the same padded step runs eagerly, so CPU tests cover its arithmetic.
     """
 
     WARMUP_STEPS = 3
@@ -146,9 +130,8 @@ class GraphedTrainStep:
                                                         for _ in range(3))
         self.use_graph = device.type == "cuda"
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.distributed = _process_group()
+        self.distributed = dist.is_available() and dist.is_initialized()
         if self.distributed:
-            import torch.distributed as dist
             for p in self.params:
                 dist.broadcast(p.detach(), 0)   # every rank starts from rank 0's weights, as DDP does
         self.graph, self.static_loss, self.eager_steps = None, None, 0
@@ -188,9 +171,7 @@ class GraphedTrainStep:
         return loss.detach()
 
     def _average_gradients(self):
-        """DDP's gradient average, inside the step: one flat buffer, one all-reduce (NCCL captures it in
-        the graph), then one multi-tensor copy back into the gradients."""
-        import torch.distributed as dist
+        """DDP's gradient average inside the step: one flat buffer, one all-reduce (captured in the graph)."""
         grads = [p.grad for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)

@@ -49,10 +49,7 @@ def resolve_device(name: str):
 
 
 def init_distributed(requested_device: str):
-    """Starts torch.distributed when launched by torchrun (WORLD_SIZE > 1): NCCL on GPUs, gloo on CPU.
-
-    Returns (rank, world_size, device); each process drives the GPU of its LOCAL_RANK.
-    """
+    """(rank, world_size, device); under torchrun starts NCCL (GPU of LOCAL_RANK) or gloo (CPU)."""
     if world_size() == 1:
         return 0, 1, resolve_device(requested_device)
     import torch
@@ -63,8 +60,7 @@ def init_distributed(requested_device: str):
         torch.cuda.set_device(local_rank)
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off: required on shared hosts
     dist.init_process_group("nccl" if use_cuda else "gloo")
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    return dist.get_rank(), dist.get_world_size(), device
+    return dist.get_rank(), dist.get_world_size(), torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 
 
 def rank_and_world():

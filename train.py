@@ -1,13 +1,11 @@
 """The blog's baseline nanoTabPFN training loop, and the `train()` every script runs.
 
-Baseline, as upstream (automl/nanoTabPFN train.py) has it: an h5py read per step, a synchronous
-`.to(device)`, `loss.item()` every step, grad clipping at 1.0, schedule-free AdamW at lr 4e-3.
-train_optimized.py runs the same loop with its flags; with every flag off it is exactly this one.
-
-    python train.py                          # small default dump under data/, CPU or GPU
-    python train.py --data dump.h5 --steps 2500 --profile
+As upstream (automl/nanoTabPFN): an h5py read per step, a synchronous `.to(device)`, `loss.item()` every step,
+grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds flags; all off, it is this loop.
 """
 import contextlib
+import functools
+import hashlib
 import math
 import os
 import sys
@@ -15,11 +13,12 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpoint, save_checkpoint, set_rng_state
 from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
-from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, set_optimizer_mode, unwrap
+from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
 from model import ModelConfig, NanoTabPFNModel
 from profile_utils import StepTimer, TrainingProfiler, diagnose, format_duration
@@ -28,6 +27,7 @@ from safe_io import OutputError, check_outputs
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
+NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
 
 
 @dataclass
@@ -89,11 +89,7 @@ STATIC_FEATURE_COUNTS_MAX = 6
 
 
 def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False):
-    """Cross-entropy of the test rows given the train rows, as upstream computes it.
-
-    batch: loaders.Batch with x (B, R, F), y (B, R) class indices as float, split S.
-    Returns a scalar fp32 loss over the B*(R-S) test cells.
-    """
+    """Upstream's cross-entropy of the test rows given the train rows: x (B, R, F), y (B, R) -> scalar fp32."""
     if static_features:
         from torch._dynamo import mark_static  # loaded by torch.compile already
         mark_static(batch.x, 2)
@@ -127,8 +123,7 @@ class LossLog:
     def add(self, loss: torch.Tensor):
         if self.sync_every_step:
             self.values.append(loss.item())
-            if not math.isfinite(self.values[-1]):
-                raise NonFiniteLoss(f"loss is {self.values[-1]} at step {len(self.values)}")
+            self._check(len(self.values) - 1)
         else:
             self.pending.append(loss.detach())
 
@@ -137,15 +132,17 @@ class LossLog:
         if self.pending:
             values = torch.stack(self.pending).float()
             if self.world_size > 1:
-                import torch.distributed as dist
                 dist.all_reduce(values)
                 values /= self.world_size
             first = len(self.values)
             self.values.extend(values.cpu().tolist())
             self.pending.clear()
-            bad = [i for i, v in enumerate(self.values[first:]) if not math.isfinite(v)]
-            if bad:
-                raise NonFiniteLoss(f"loss is {self.values[first + bad[0]]} at step {first + bad[0] + 1}")
+            self._check(first)
+
+    def _check(self, first: int):
+        bad = next((i for i in range(first, len(self.values)) if not math.isfinite(self.values[i])), None)
+        if bad is not None:
+            raise NonFiniteLoss(f"loss is {self.values[bad]} at step {bad + 1}")
 
 
 class Clock:
@@ -155,8 +152,11 @@ class Clock:
         self.budget, self.train_seconds, self.compile_seconds = budget, train_seconds, 0.0
         self.start = time.perf_counter()
 
+    def elapsed(self) -> float:
+        return self.train_seconds + time.perf_counter() - self.start
+
     def over_budget(self) -> bool:
-        return self.budget > 0 and self.train_seconds + time.perf_counter() - self.start >= self.budget
+        return self.budget > 0 and self.elapsed() >= self.budget
 
     def pause(self, device):
         if device.type == "cuda":
@@ -177,36 +177,11 @@ def _compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def _log_line(step, total, losses, timer, clock, config) -> str:
-    recent = timer.recent(config.log_every)
-    ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
-    seconds = clock.train_seconds
-    if config.time_budget > 0:
-        where, left = f"{seconds:.0f}/{config.time_budget:.0f} s", config.time_budget - seconds
-    else:
-        where, left = f"{step}/{total}", (total - step) * seconds / max(step, 1)
-    return (f"step {step:6d} | loss {losses.values[-1]:.4f} | step {ms(recent['step_ms'])} ms"
-            f" | data {ms(recent['data_ms'])} ms | {where} | ETA {format_duration(max(left, 0))}")
-
-
-def _agree(flags, device, world_size):
-    """Every rank stops at the same step: the ranks agree (MAX) where they sync anyway."""
-    if world_size == 1:
-        return flags
-    import torch.distributed as dist
-    t = torch.tensor([float(f) for f in flags], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return [bool(v > 0) for v in t]
-
-
 def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, checkpoint_meta=None,
           resume_state=None, scalars=None) -> TrainResult:
-    """Trains `model` on batches from `loader` (an iterator of loaders.Batch) and returns a TrainResult.
+    """Trains on loaders.Batch items, each step timed from the request for its batch; shape: (R_max, F_max).
 
-    Every step is timed from the request for the batch to the end of the optimizer step, so the fetch
-    and its host-to-device copy are inside the clock. shape: (R_max, F_max) of the dump (static buffers
-    of the graphed step). eval_fn(model, optimizer) -> scores runs every eval_every steps, clock paused.
-    scalars: an optional writer with add(tag, value, step) (TensorBoard).
+    eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None.
     """
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
@@ -223,16 +198,70 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     log = print if rank == 0 else (lambda *a: None)
     static_features = config.compile and 0 < shape[1] <= STATIC_FEATURE_COUNTS_MAX
     model.train()
-    set_optimizer_mode(optimizer, True)
+    if hasattr(optimizer, "train"):
+        optimizer.train()   # schedule-free keeps two weight sequences: the model holds the training one
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     step, losses, clock = 0, LossLog(not config.async_loss, world_size), Clock(config.time_budget)
     if resume_state is not None:
         step, losses, clock = _resume(model, optimizer, resume_state, config, world_size)
         log(f"resumed from {config.ckpt} at step {step}")
+    eval_steps, eval_seconds = eval_interval(config.eval_every)
     history, fingerprints, stop = [], [], StopRequest(enabled=bool(config.ckpt))
-    state = LoopState(model, optimizer, loader, config, checkpoint_meta, losses, clock, timer, device, log, history,
-                      eval_fn, scalars, rank, world_size, total, *eval_interval(config.eval_every))
+
+    def save(step, reason):
+        if config.ckpt and rank == 0:
+            save_checkpoint(config.ckpt, model, optimizer, loader, step, losses.values, clock.train_seconds,
+                            checkpoint_meta)
+            log(f"checkpoint: step {step} written to {config.ckpt} ({reason})")
+
+    def scalar(tag, value, step):
+        if scalars and value is not None and math.isfinite(value):
+            scalars.add_scalar(tag, value, step)
+
+    def at_interval(step) -> bool:
+        """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
+        at_log = step % config.log_every == 0 or step == total
+        # Eval and save points depend on the config only, so they are the same step on every rank; an eval
+        # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
+        at_eval = eval_steps > 0 and step % eval_steps == 0
+        if eval_seconds > 0 and at_log:
+            at_eval = clock.elapsed() >= eval_seconds * (len(history) + 1)
+        at_save = bool(config.ckpt) and config.save_every > 0 and step % config.save_every == 0
+        at_check = at_log or at_eval or at_save
+        stop_now, budget_hit = stop.requested is not None, clock.over_budget()
+        if world_size > 1 and not at_check:
+            stop_now = budget_hit = False
+        elif world_size > 1:   # every rank stops at the same step: they agree (MAX) where they sync anyway
+            agreed = torch.tensor([float(stop_now), float(budget_hit)], device=device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            stop_now, budget_hit = (bool(v > 0) for v in agreed)
+        if not (at_check or stop_now or budget_hit):
+            return False
+        losses.flush()                      # raises NonFiniteLoss before anything is saved
+        clock.pause(device)
+        if at_log and losses.values:
+            recent = timer.recent(config.log_every)
+            log(_log_line(step, total, losses.values[-1], recent, clock.train_seconds, config.time_budget))
+            for tag, value in (("train/loss", losses.values[-1]), ("time/step_ms", recent["step_ms"]),
+                               ("time/data_ms", recent["data_ms"])):
+                scalar(tag, value, step)
+        if at_eval and eval_fn is not None and rank == 0:
+            from evaluation import format_scores
+            scores = eval_fn(model, optimizer)
+            history.append({"step": step, "train_seconds": clock.train_seconds, "scores": scores})
+            log(f"eval   {step:6d} " + format_scores("", scores).strip())
+            scalar("eval/roc_auc", scores["roc_auc"], step)
+        if at_save:
+            save(step, f"every {config.save_every} steps")
+        if stop_now:
+            save(step, f"{stop.requested or 'stop'} received")
+            log(f"stopping at step {step} on {stop.requested or 'a stop request on another rank'}")
+        elif budget_hit:
+            log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
+        clock.resume()
+        return stop_now or budget_hit
+
     batches = iter(loader)
     try:
         with stop, (profiler or contextlib.nullcontext()):
@@ -256,12 +285,15 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                     profiler.step()
                 step += 1
                 if config.compile and _compiled_graphs() != graphs_before:
-                    _compiled(clock, time.perf_counter() - started, step, log)
-                if _at_interval(step, stop, state):
+                    seconds = time.perf_counter() - started
+                    clock.exclude(seconds)
+                    log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
+                        f"{clock.compile_seconds:.1f} s in all)")
+                if at_interval(step):
                     break
         if config.ckpt and stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
-            _save(state, step, "end of run")
+            save(step, "end of run")
     except KeyboardInterrupt:
         log(f"interrupted at step {step}; evaluating what was trained")
     finally:
@@ -269,13 +301,17 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
             loader.close()
     losses.flush()
     clock.pause(device)
-    return _result(model, optimizer, losses, timer, clock, step, history, stop, fingerprints, profiler, device)
-
-
-def _compiled(clock, seconds, step, log):
-    clock.exclude(seconds)
-    log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
-        f"{clock.compile_seconds:.1f} s in all)")
+    summary = timer.summary()
+    result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=history,
+                         steps_done=step, train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
+                         diagnosis=diagnose(summary), stopped_by=stop.requested,
+                         batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms(),
+                         profile_tables=profiler.tables_markdown() if profiler else "",
+                         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0)
+    # Training is over: leave the inference weights (schedule-free's x) in the model.
+    unwrap(model).load_state_dict(inference_state_dict(model, optimizer))
+    unwrap(model).eval()
+    return result
 
 
 def _resume(model, optimizer, resume_state, config, world_size):
@@ -291,68 +327,14 @@ def _resume(model, optimizer, resume_state, config, world_size):
     return resume_state["step"], losses, Clock(config.time_budget, train_state["train_seconds"])
 
 
-@dataclass
-class LoopState:
-    """What the periodic work of the loop (logs, evals, saves, stops) reads."""
-    model: torch.nn.Module
-    optimizer: object
-    loader: object
-    config: TrainConfig
-    meta: dict
-    losses: LossLog
-    clock: Clock
-    timer: StepTimer
-    device: torch.device
-    log: object
-    history: list
-    eval_fn: object
-    scalars: object
-    rank: int
-    world_size: int
-    total: int
-    eval_steps: int
-    eval_seconds: float
-
-
-def _at_interval(step, stop, s: LoopState) -> bool:
-    """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
-    config, clock = s.config, s.clock
-    at_log = step % config.log_every == 0 or step == s.total
-    # Eval and save points depend on the config only, so they are the same step on every rank; an eval
-    # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
-    at_eval = s.eval_steps > 0 and step % s.eval_steps == 0
-    if s.eval_seconds > 0 and at_log:
-        at_eval = clock.train_seconds + time.perf_counter() - clock.start >= s.eval_seconds * (len(s.history) + 1)
-    at_save = bool(config.ckpt) and config.save_every > 0 and step % config.save_every == 0
-    at_check = at_log or at_eval or at_save
-    stop_now, budget_hit = stop.requested is not None, clock.over_budget()
-    if s.world_size > 1:
-        # Only at check points: the ranks agree there, where they synchronize anyway.
-        stop_now, budget_hit = _agree([stop_now, budget_hit], s.device, s.world_size) if at_check \
-            else (False, False)
-    if not (at_check or stop_now or budget_hit):
-        return False
-    s.losses.flush()                      # raises NonFiniteLoss before anything is saved
-    clock.pause(s.device)
-    if at_log and s.losses.values:
-        s.log(_log_line(step, s.total, s.losses, s.timer, clock, config))
-        _scalars(s, step)
-    if at_eval and s.eval_fn is not None and s.rank == 0:
-        scores = s.eval_fn(s.model, s.optimizer)
-        s.history.append({"step": step, "train_seconds": clock.train_seconds, "scores": scores})
-        from evaluation import format_scores
-        s.log(f"eval   {step:6d} " + format_scores("", scores).strip())
-        if s.scalars:
-            s.scalars.add("eval/roc_auc", scores.roc_auc, step)
-    if at_save:
-        _save(s, step, f"every {config.save_every} steps")
-    if stop_now:
-        _save(s, step, f"{stop.requested or 'stop'} received")
-        s.log(f"stopping at step {step} on {stop.requested or 'a stop request on another rank'}")
-    elif budget_hit:
-        s.log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
-    clock.resume()
-    return stop_now or budget_hit
+def _log_line(step, total, loss, recent, seconds, budget) -> str:
+    ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
+    if budget > 0:
+        where, left = f"{seconds:.0f}/{budget:.0f} s", budget - seconds
+    else:
+        where, left = f"{step}/{total}", (total - step) * seconds / max(step, 1)
+    return (f"step {step:6d} | loss {loss:.4f} | step {ms(recent['step_ms'])} ms"
+            f" | data {ms(recent['data_ms'])} ms | {where} | ETA {format_duration(max(left, 0))}")
 
 
 def eval_interval(text: str):
@@ -362,37 +344,6 @@ def eval_interval(text: str):
     if not math.isfinite(value) or value < 0:
         raise ValueError(text)
     return (0, float(value)) if text.endswith("s") else (int(value), 0.0)
-
-
-def _scalars(s, step):
-    if s.scalars:
-        recent = s.timer.recent(s.config.log_every)
-        s.scalars.add("train/loss", s.losses.values[-1], step)
-        s.scalars.add("time/step_ms", recent["step_ms"], step)
-        s.scalars.add("time/data_ms", recent["data_ms"], step)
-
-
-def _save(s, step, reason):
-    if s.config.ckpt and s.rank == 0:
-        save_checkpoint(s.config.ckpt, s.model, s.optimizer, s.loader, step, s.losses.values,
-                        s.clock.train_seconds, s.meta)
-        s.log(f"checkpoint: step {step} written to {s.config.ckpt} ({reason})")
-
-
-def _result(model, optimizer, losses, timer, clock, step, history, stop, fingerprints, profiler, device):
-    summary = timer.summary()
-    result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=history,
-                         steps_done=step, train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
-                         diagnosis=diagnose(summary), stopped_by=stop.requested,
-                         batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms())
-    if profiler:
-        result.profile_tables = profiler.tables_markdown()
-    if device.type == "cuda":
-        result.peak_memory_bytes = torch.cuda.max_memory_allocated(device)
-    # Training is over: leave the inference weights (schedule-free's x) in the model.
-    unwrap(model).load_state_dict(inference_state_dict(model, optimizer))
-    unwrap(model).eval()
-    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,16 +375,15 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
     if rank != 0:
         sys.stdout = open(os.devnull, "w")  # only rank 0 prints; errors still reach stderr
     notices = _schedule(config, device)
-    data = resolve_data(config.data)
-    info = open_dump(data)
+    info = open_dump(resolve_data(config.data))
     if config.batch_size * world_size > info.num_datasets:
         raise DumpError(f"--batch-size {config.batch_size} x {world_size} rank(s) is larger than the dump "
                         f"({info.num_datasets} datasets)")
-    outputs = {"--ckpt": config.ckpt, "--record": config.record,
-               "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,
-               "--tensorboard dir": config.tensorboard}
     # Before any work: a bad output path must not cost the run, and no output may be a file it reads.
-    check_outputs(outputs, inputs=[info.path, *bin_paths(info.path, loader_config.bin_dir)])
+    check_outputs({"--ckpt": config.ckpt, "--record": config.record,
+                   "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,
+                   "--tensorboard dir": config.tensorboard},
+                  inputs=[info.path, *bin_paths(info.path, loader_config.bin_dir)])
     set_seed(config.seed)
     model_config = ModelConfig(**{**asdict(model_config), "num_outputs": max(2, info.max_num_classes)})
     model = NanoTabPFNModel(model_config).to(device)
@@ -457,11 +407,9 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
 
 def _schedule(config: TrainConfig, device) -> list:
     """Fills config.steps; a CPU run naming neither --steps nor --time-budget gets a short budget."""
-    if config.steps is not None or config.time_budget > 0:
-        config.steps = config.steps or UPSTREAM_STEPS
-        return []
-    config.steps = UPSTREAM_STEPS
-    if device.type == "cuda":
+    short = config.steps is None and config.time_budget <= 0 and device.type != "cuda"
+    config.steps = config.steps or UPSTREAM_STEPS
+    if not short:
         return []
     config.time_budget = CPU_DEFAULT_BUDGET
     return [f"schedule: no CUDA here, so a {CPU_DEFAULT_BUDGET:.0f} s run instead of upstream's {UPSTREAM_STEPS} "
@@ -489,18 +437,16 @@ def start_lines(session: Session) -> list:
 
 def execute(session: Session) -> int:
     """Trains, evaluates on rank 0, prints the report, writes the record. Returns the exit code."""
-    c, device = session.config, session.device
-    model = session.model
+    c, device, model = session.config, session.device, session.model
     if session.world_size > 1 and not c.cuda_graphs:   # the graphed step averages gradients itself
         from torch.nn.parallel import DistributedDataParallel
-        # Gradients are averaged over ranks inside backward (bucketed, overlapping it); every rank then
-        # takes the same step.
+        # Gradients are averaged over ranks inside backward (bucketed, overlapping it): every rank takes the same step.
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if c.compile and not c.cuda_graphs:     # the graphed step compiles forward_padded itself
         model = torch.compile(model)
     suite = None if (c.no_eval or session.rank != 0) else eval_suite(c.eval_suite)
     eval_fn = (lambda m, opt: suite(eval_classifier(m, inference_state_dict(m, opt), device))) if suite else None
-    scalars = _tensorboard(c.tensorboard) if session.rank == 0 else None
+    scalars = _tensorboard(c.tensorboard) if session.rank == 0 and c.tensorboard else None
     try:
         result = train(model, session.loader, c, shape=(int(session.info.num_datapoints.max()),
                                                         int(session.info.num_features.max())),
@@ -519,33 +465,28 @@ def execute(session: Session) -> int:
         reference = suite.reference()
     _report(session, result, scores, reference)
     if session.world_size > 1:
-        import torch.distributed as dist
         dist.destroy_process_group()
     # A run ended by a signal exits 128+signum after checkpointing, as the shell convention expects.
     return {"SIGINT": 130, "SIGTERM": 143}.get(result.stopped_by, 0)
 
 
 def eval_suite(name: str):
-    """classifier -> scores on the chosen suite, loaded once (before the clock starts); .reference() scores
-    the suite's reference baseline (the toy suite's Random Forest, the real suite's best baseline)."""
+    """classifier -> scores on the "toy" or "real" suite, loaded before the clock starts; .reference() gives
+    (name, scores) of the suite's reference baseline (toy: the Random Forest; real: the best baseline)."""
     import evaluation
     if name == "real":
         run = evaluation.make_suite_eval(splits_per_task=1)
         run.reference = lambda: evaluation.best_baseline(run)
         return run
-    if name != "toy":
-        raise UsageError(f"--eval-suite {name}: choose toy or real")
     splits = evaluation.eval_splits()
-
-    def run(classifier):
-        return evaluation.evaluate(classifier, splits)
+    run = functools.partial(evaluation.evaluate, splits=splits)
     run.reference = lambda: ("random forest", evaluation.evaluate(evaluation.RandomForestReference(), splits))
     return run
 
 
 def eval_classifier(model, state_dict: dict, device):
-    """A classifier on a separate fp32 copy of the weights, with the attention kernel left to PyTorch
-    (a kernel pinned for the bf16 step may have no fp32 form; the kernel never changes the math)."""
+    """A classifier on an fp32 copy of the weights with the attention kernel left to PyTorch (a kernel pinned
+    for the bf16 step may have no fp32 form; the kernel never changes the math)."""
     from classifier import NanoTabPFNClassifier
     config = unwrap(model).config
     attention = "mha" if config.attention == "mha" else "sdpa"
@@ -555,52 +496,28 @@ def eval_classifier(model, state_dict: dict, device):
 
 
 def _tensorboard(log_dir):
-    """A scalar writer into log_dir's TensorBoard event file (torch.utils.tensorboard, imported lazily)."""
-    if not log_dir:
-        return None
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter   # lazily: an optional dependency
     except ImportError:
         raise UsageError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
-
-    class Scalars:
-        def __init__(self):
-            self.writer = SummaryWriter(log_dir)
-
-        def add(self, tag, value, step):
-            if value is not None and math.isfinite(value):
-                self.writer.add_scalar(tag, value, step)
-
-        def close(self):
-            self.writer.close()
-
-    return Scalars()
+    return SummaryWriter(log_dir)
 
 
 def _report(session, result, scores, reference):
-    """The final line(s) on stdout and the JSON run record (rank 0)."""
+    """The final lines on stdout (rank 0 prints) and the JSON run record (rank 0 writes)."""
     from evaluation import format_scores
-    per_rank = [{"rank": session.rank, "step_ms_median": result.timing["step"]["median"],
-                 "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(unwrap(result.model)),
-                 "data_share": result.timing["data_share"], "peak_memory_bytes": result.peak_memory_bytes}]
+    from profile_utils import environment_record, make_run_record
+    from safe_io import write_json_atomic
+    c, info, timing = session.config, session.info, result.timing
+    own = {"rank": session.rank, "step_ms_median": timing["step"]["median"],
+           "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(unwrap(result.model)),
+           "data_share": timing["data_share"], "peak_memory_bytes": result.peak_memory_bytes}
+    per_rank = [own]
     if session.world_size > 1:
-        import torch.distributed as dist
-        gathered = [None] * session.world_size
-        dist.all_gather_object(gathered, per_rank[0])
-        per_rank = gathered
+        per_rank = [None] * session.world_size
+        dist.all_gather_object(per_rank, own)
     if result.profile_tables:
         print(result.profile_tables)
-    for line in final_lines(result):
-        print(line)
-    if scores is not None:
-        print(format_scores("nanoTabPFN", scores))
-        print(format_scores(reference[0], reference[1]))
-    if session.config.record and session.rank == 0:
-        write_record(session, result, scores, reference, per_rank)
-
-
-def final_lines(result: TrainResult) -> list:
-    timing = result.timing
     step, data = timing["step"], timing["phases"]["data"]
     peak = f"{result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else "n/a (CPU)"
     if step["median"] is None:  # stopped before the timing warm-up was over
@@ -610,20 +527,20 @@ def final_lines(result: TrainResult) -> list:
                  f"data wait {data['median']:.2f} ms/step ({100 * timing['data_share']:.1f}%)")
     final_loss = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
     compiled = f" (+{result.compile_seconds:.1f} s compiling)" if result.compile_seconds else ""
-    return [f"done: {result.steps_done} steps in {result.train_seconds:.1f} s{compiled} | {speed} | "
-            f"peak GPU memory {peak} | final loss {final_loss}", f"diagnosis: {result.diagnosis}"]
-
-
-def write_record(session, result, scores, reference, per_rank):
-    from profile_utils import environment_record, make_run_record
-    from safe_io import write_json_atomic
-    c, info = session.config, session.info
-    step_ms = result.timing["step"]["median"] or 0
+    print(f"done: {result.steps_done} steps in {result.train_seconds:.1f} s{compiled} | {speed} | "
+          f"peak GPU memory {peak} | final loss {final_loss}")
+    print(f"diagnosis: {result.diagnosis}")
+    if scores is not None:
+        print(format_scores("nanoTabPFN", scores))
+        print(format_scores(reference[0], reference[1]))
+    if not c.record or session.rank != 0:
+        return
+    step_ms = step["median"] or 0
     global_batch = c.batch_size * session.world_size
     record = make_run_record(
         config={"train": asdict(c), "model": asdict(session.model_config), "loader": asdict(session.loader_config),
                 "data": info.path, "num_datasets": info.num_datasets, "rows": info.rows, "features": info.features},
-        flags=asdict(c), timer_summary=result.timing,
+        flags=asdict(c), timer_summary=timing,
         extra={"environment": environment_record(session.device), "loader": session.loader.describe(),
                "data_path": session.loader.describe()["path"], "losses": result.losses,
                "final_loss": result.losses[-1] if result.losses else None, "eval": scores,
@@ -641,7 +558,6 @@ def write_record(session, result, scores, reference, per_rank):
 
 def parameter_digest(model: torch.nn.Module) -> str:
     """sha256 of every parameter's bytes: equal digests mean bit-identical weights (DDP ranks, resume)."""
-    import hashlib
     h = hashlib.sha256()
     for name, p in sorted(model.state_dict().items()):
         h.update(name.encode())
@@ -652,32 +568,21 @@ def parameter_digest(model: torch.nn.Module) -> str:
 # ---------------------------------------------------------------------------------------------
 # Command line: the baseline's flags (train_optimized.py adds its own to the same parser).
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(text)
-    return value
+def _number(kind, low: float, strict: bool, name: str):
+    """An argparse type: a finite `kind` >= low (> low when strict); `name` is what argparse's error calls it."""
+    def parse(text: str):
+        value = kind(text)
+        if not low <= value < math.inf or (strict and value == low):   # NaN fails the comparison too
+            raise ValueError(text)
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(text)
-    return value
+positive_float = _number(float, 0, True, "a finite number > 0")
+nonnegative_float = _number(float, 0, False, "a finite number >= 0")
+positive_int = _number(int, 1, False, "an integer >= 1")
+nonnegative_int = _number(int, 0, False, "an integer >= 0")
 
 
 def eval_every_flag(text: str) -> str:
@@ -685,20 +590,15 @@ def eval_every_flag(text: str) -> str:
     return text
 
 
-positive_float.__name__ = "a finite number > 0"
 eval_every_flag.__name__ = "N steps or Ns seconds"
-positive_int.__name__ = "an integer >= 1"
-nonnegative_int.__name__ = "an integer >= 0"
-nonnegative_float.__name__ = "a finite number >= 0"
 
 
 def build_parser(description=None) -> ArgumentParser:
     d = TrainConfig()
     p = ArgumentParser(description=description or __doc__.split("\n")[0])
-    p.add_argument("--data", default=d.data, help="nanoTabPFN HDF5 dump (default: a small one made once under data/)")
+    p.add_argument("--data", default=d.data, help="nanoTabPFN HDF5 dump (default: a small one made under data/)")
     p.add_argument("--steps", type=positive_int, default=d.steps,
-                   help=f"training steps (default: {UPSTREAM_STEPS} on a GPU; on a CPU a {CPU_DEFAULT_BUDGET:.0f} s "
-                        "--time-budget unless --steps is given)")
+                   help=f"training steps (default: {UPSTREAM_STEPS} on a GPU, {CPU_DEFAULT_BUDGET:.0f} s on a CPU)")
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="datasets per step (per rank)")
     p.add_argument("--lr", type=positive_float, default=d.lr, help="learning rate (finite, > 0)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed for weights and torch RNG")
@@ -706,13 +606,11 @@ def build_parser(description=None) -> ArgumentParser:
     p.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
                    help="schedule-free AdamW (upstream) or torch AdamW")
     p.add_argument("--time-budget", type=nonnegative_float, default=d.time_budget,
-                   help="train for this many seconds instead of --steps; time spent compiling, evaluating and "
-                        "saving is not counted (each is reported)")
+                   help="seconds of training instead of --steps (compiling, evals, saves not counted)")
     p.add_argument("--eval-every", type=eval_every_flag, default=d.eval_every,
-                   help="evaluate every N steps, or every N seconds of training with an 's' (e.g. 30s); the "
-                        "training clock is paused while evaluating (0: only at the end)")
+                   help="evaluate every N steps or Ns seconds of training, clock paused (0: only at the end)")
     p.add_argument("--eval-suite", choices=["toy", "real"], default=d.eval_suite,
-                   help="toy: four sklearn tasks (a smoke check); real: the real-data suite (results/real-data-suite.md)")
+                   help="toy: four sklearn tasks (a smoke check); real: the real-data suite")
     p.add_argument("--log-every", type=positive_int, default=d.log_every, help="one log line every N steps")
     p.add_argument("--timing-warmup", type=nonnegative_int, default=d.timing_warmup,
                    help="first N steps excluded from the timing statistics")
@@ -721,8 +619,7 @@ def build_parser(description=None) -> ArgumentParser:
     p.add_argument("--profile-dir", default=d.profile_dir, help="where the profiler trace goes")
     p.add_argument("--record", default=d.record, help="write the run record (JSON) to this path")
     p.add_argument("--tensorboard", default=d.tensorboard, metavar="DIR",
-                   help="TensorBoard event files (loss, step time, data wait, evals) and, with --profile, the "
-                        "profiler trace, in DIR (needs the tensorboard package)")
+                   help="TensorBoard event files in DIR, with the profiler trace under --profile")
     p.add_argument("--ckpt", default=d.ckpt, help="checkpoint file (written atomically)")
     p.add_argument("--save-every", type=nonnegative_int, default=d.save_every,
                    help="checkpoint every N steps (and always at the end and on SIGINT/SIGTERM)")
@@ -741,8 +638,7 @@ def main(argv=None):
         session = prepare(config, ModelConfig(), LoaderConfig())
     except SETUP_ERRORS as e:
         return fail(e)
-    for line in start_lines(session) + ["optimizations: none (the baseline: h5py read per step, synchronous "
-                                        ".to(), loss.item() every step)"]:
+    for line in start_lines(session) + [NO_OPTIMIZATIONS]:
         print(line)
     return execute(session)
 

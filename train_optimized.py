@@ -1,11 +1,7 @@
 """train.py's loop with the blog's optimizations (and more) as flags; every flag off = the baseline.
 
     python train_optimized.py --flash --gds-bin          # the headline command
-    python train_optimized.py --pinned --streams --prefetch 3
     python train_optimized.py --fast                     # the fastest measured combination
-
-At start one block lists each requested optimization as active, or inactive and why; the run ends
-with one line of ms/step, data wait, peak memory, final loss and eval scores.
 """
 import contextlib
 import os
@@ -17,7 +13,8 @@ import torch
 from loaders import LoaderConfig
 from model import ATTENTIONS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
-from train import SETUP_ERRORS, build_parser as train_parser, execute, prepare, start_lines, train_config
+from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, build_parser as train_parser, execute, prepare, start_lines,
+                   train_config)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
 # (launch-bound), slicing wins on long ones (flash skips the padded keys), so the choice goes by length.
@@ -29,59 +26,44 @@ def build_parser():
     d, m = LoaderConfig(), ModelConfig()
     g = parser.add_argument_group("data path (the blog's optimizations)")
     g.add_argument("--loader", choices=["h5", "bin", "resident"], default=d.kind,
-                   help="where batches come from: h5py per step (baseline), raw .bin records through kvikio, "
-                        "or the whole dump resident in GPU memory")
+                   help="h5py per step (baseline), .bin records through kvikio, or the dump resident on the GPU")
     g.add_argument("--gds-bin", dest="loader", action="store_const", const="bin", help="the blog's --loader bin")
     g.add_argument("--resident", dest="loader", action="store_const", const="resident", help="--loader resident")
-    g.add_argument("--pinned", action="store_true",
-                   help="page-locked host buffers reused every step, read_direct into them, non_blocking copies")
-    g.add_argument("--streams", action="store_true",
-                   help="background reader thread + side CUDA stream copies, --prefetch batches ahead")
+    g.add_argument("--pinned", action="store_true", help="reused page-locked host buffers, non_blocking copies")
+    g.add_argument("--streams", action="store_true", help="reader thread + side-stream copies, --prefetch ahead")
     g.add_argument("--prefetch", type=int, default=d.prefetch, help="batches in flight for --streams / --loader bin")
     g.add_argument("--require-gds", action="store_true", help="with --loader bin: fail unless true GDS runs")
-    g.add_argument("--no-convert", action="store_true",
-                   help="with --loader bin: fail instead of (re)converting a missing or stale .bin")
+    g.add_argument("--no-convert", action="store_true", help="with --loader bin: fail on a missing or stale .bin")
     g.add_argument("--kvikio-threads", type=int, default=d.kvikio_threads, help="kvikio reader threads")
     g.add_argument("--kvikio-target", choices=["device", "host"], default=d.kvikio_target,
-                   help="--loader bin without GDS: kvikio reads into CUDA buffers (the blog's design) or into "
-                        "pinned host buffers copied on a side stream")
+                   help="--loader bin without GDS: read into CUDA buffers or into pinned host buffers")
     s = parser.add_argument_group("model and step (beyond the blog)")
     s.add_argument("--attention", choices=ATTENTIONS, default=m.attention,
-                   help="mha: upstream's nn.MultiheadAttention calls; sdpa: one scaled_dot_product_attention call, "
-                        "PyTorch picks the kernel; flash/cudnn/efficient/math: SDPA pinned to that kernel; "
-                        "flex: flex_attention on the padded --cuda-graphs step; triton: our small-head-dim kernel")
+                   help="datapoint attention kernel: mha (upstream), sdpa (PyTorch picks), or one pinned kernel")
     s.add_argument("--flash", dest="attention", action="store_const", const="sdpa",
-                   help="the blog's spelling of --attention sdpa (the kernel that runs is printed at start)")
+                   help="the blog's --attention sdpa (the kernel that runs is printed at start)")
     s.add_argument("--feature-attention", choices=FEATURE_ATTENTIONS, default=m.feature_attention,
-                   help="attention between features off the mha path: SDPA, batched small matmuls, or broadcast "
-                        "multiplies and sums that --compile fuses")
-    s.add_argument("--amp", choices=["off", "bf16"], default="off",
-                   help="bf16 autocast for the forward (fp32 master weights and loss); flash kernels need it")
+                   help="feature attention off the mha path: SDPA, small matmuls, or broadcasts --compile fuses")
+    s.add_argument("--amp", choices=["off", "bf16"], default="off", help="bf16 autocast forward, fp32 weights/loss")
     s.add_argument("--compile", action="store_true", help="torch.compile the model (first steps compile; reported)")
-    s.add_argument("--cuda-graphs", action="store_true",
-                   help="capture forward+backward+optimizer as one CUDA graph over zero-padded static shapes")
-    s.add_argument("--fused-optimizer", action="store_true",
-                   help="schedule-free AdamW as a few foreach kernels with device-side scalars (graph-safe)")
-    s.add_argument("--async-loss", action="store_true",
-                   help="read the loss back every --log-every steps instead of every step (no sync per step)")
-    s.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer in backward (less memory for long tables, ~1/3 more compute)")
-    s.add_argument("--fast", action="store_true",
-                   help="the fastest measured combination for this machine and dump (printed at start)")
+    s.add_argument("--cuda-graphs", action="store_true", help="the whole step as one CUDA graph over padded shapes")
+    s.add_argument("--fused-optimizer", action="store_true", help="graph-safe schedule-free AdamW (foreach kernels)")
+    s.add_argument("--async-loss", action="store_true", help="read the loss every --log-every steps, not every step")
+    s.add_argument("--grad-checkpoint", action="store_true", help="recompute each layer in backward (less memory)")
+    s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     return parser
 
 
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
+    args.loader = "resident" if args.loader == "h5" else args.loader
+    args.fused_optimizer = args.async_loss = True
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
-        args.async_loss = args.fused_optimizer = True
-        args.loader = "resident" if args.loader == "h5" else args.loader
         return ["--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss; left out "
                 "--amp bf16 (slow on CPUs), --compile (minutes of compiling) and --cuda-graphs (no CUDA)"]
-    args.loader = "resident" if args.loader == "h5" else args.loader
-    args.compile = args.fused_optimizer = args.async_loss = True
+    args.compile = True
     args.amp = "bf16" if args.amp == "off" else args.amp
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
@@ -130,23 +112,25 @@ def configs(args):
 
 def attention_kernel(session) -> str:
     """Names the kernel the datapoint attention really runs: asks SDPA's dispatcher on the real shapes."""
-    cfg, c = session.model_config, session.config
+    cfg, graphs, device = session.model_config, session.config.cuda_graphs, session.device
     head_dim = cfg.embedding_size // cfg.num_attention_heads
-    dtype = torch.bfloat16 if c.amp == "bf16" else torch.float32
+    dtype = torch.bfloat16 if session.config.amp == "bf16" else torch.float32
     what = f"{str(dtype).replace('torch.', '')}, head dim {head_dim}"
     if cfg.attention == "mha":
         return f"nn.MultiheadAttention ({what})"
-    if cfg.attention in ("flex", "triton"):
-        return f"{'flex_attention, block mask over the padded keys' if cfg.attention == 'flex' else 'triton'} ({what})"
-    if session.device.type != "cuda":
+    if cfg.attention == "flex":
+        return f"flex_attention, block mask over the padded keys ({what})"
+    if cfg.attention == "triton":
+        return f"triton ({what})"
+    if device.type != "cuda":
         pin = f"; {cfg.attention} pinned by --attention" if cfg.attention != "sdpa" else ""
         return f"SDPA on the CPU ({what}; flash kernels need CUDA{pin})"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows, split = int(session.info.num_datapoints.max()), int(session.info.splits[0])
-    q = torch.zeros(2, cfg.num_attention_heads, min(rows, 256), head_dim, device=session.device, dtype=dtype)
-    keys = q.shape[2] if c.cuda_graphs else min(split, 256)
-    kv = torch.zeros(2, cfg.num_attention_heads, keys, head_dim, device=session.device, dtype=dtype)
-    mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=session.device) if c.cuda_graphs else None
+    q = torch.zeros(2, cfg.num_attention_heads, min(rows, 256), head_dim, device=device, dtype=dtype)
+    keys = q.shape[2] if graphs else min(split, 256)
+    kv = torch.zeros(2, cfg.num_attention_heads, keys, head_dim, device=device, dtype=dtype)
+    mask = torch.ones(1, 1, 1, keys, dtype=torch.bool, device=device) if graphs else None
     pin = sdpa_kernel(SDPA_KERNELS[cfg.attention]) if cfg.attention in SDPA_KERNELS else contextlib.nullcontext()
     try:
         with pin:
@@ -155,14 +139,14 @@ def attention_kernel(session) -> str:
         return f"SDPA, kernel unknown (torch._fused_sdp_choice unavailable; {what})"
     name = {kernel: n for n, kernel in SDPA_KERNELS.items()}.get(choice, choice.name.lower())
     why = (" — pinned by --attention" if cfg.attention != "sdpa" else
-           " — key mask of the padded step: flash takes no mask" if c.cuda_graphs and name != "flash" else
+           " — key mask of the padded step: flash takes no mask" if graphs and name != "flash" else
            " — no flash kernel for fp32; add --amp bf16" if dtype == torch.float32 and name != "flash" else "")
-    return f"{name} ({what}{', masked' if c.cuda_graphs else ''}){why}"
+    return f"{name} ({what}{', masked' if graphs else ''}){why}"
 
 
 def optimizations_block(session, args) -> list:
     """One line per requested optimization: active, or inactive and why."""
-    c, cuda = session.config, session.device.type == "cuda"
+    c, m, cuda = session.config, session.model_config, session.device.type == "cuda"
     desc = session.loader.describe()
     lines = ["optimizations:"]
     data_flags = " ".join(f for f, on in (("--loader " + args.loader, args.loader != "h5"),
@@ -170,11 +154,10 @@ def optimizations_block(session, args) -> list:
     if data_flags:
         lines.append(f"  {data_flags:<22s} data path: {desc['path']} ({desc['loader']})")
     lines += [f"  {'':<22s} {note}" for note in desc.get("notes", [])]
-    if session.model_config.attention != "mha":
+    if m.attention != "mha":
         session.attention_kernel = attention_kernel(session)
-        flag = "--flash" if session.model_config.attention == "sdpa" else "--attention " + session.model_config.attention
-        lines.append(f"  {flag:<22s} active: one datapoint-attention "
-                     f"call; kernel: {session.attention_kernel}")
+        flag = "--flash" if m.attention == "sdpa" else "--attention " + m.attention
+        lines.append(f"  {flag:<22s} active: one datapoint-attention call; kernel: {session.attention_kernel}")
     for flag, on, state in (
             ("--amp bf16", c.amp == "bf16", "active: bf16 autocast, fp32 weights and loss"
              + ("" if cuda else " (CPU autocast: slow, for checking only)")),
@@ -186,18 +169,15 @@ def optimizations_block(session, args) -> list:
              + (" (required by --cuda-graphs)" if c.cuda_graphs else "")),
             ("--async-loss", c.async_loss or session.world_size > 1,
              f"active: loss read back every {c.log_every} steps, no host sync per step"),
-            ("--grad-checkpoint", session.model_config.grad_checkpoint, "active: each layer recomputed in backward"),
-            ("--feature-attention", session.model_config.feature_attention != "sdpa",
-             f"active: {session.model_config.feature_attention}")):
+            ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
+            ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
     if c.compile:
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "the default under /tmp/torchinductor_$USER")
         lines.append(f"  {'':<22s} compiling happens in the first steps (reported, not counted as training "
                      f"time); Inductor's cache: {cache}")
-    if len(lines) == 1:
-        lines.append("  none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)")
-    return lines
+    return lines if len(lines) > 1 else [NO_OPTIMIZATIONS]
 
 
 def main(argv=None):
