@@ -60,8 +60,8 @@ QUICK_WORKLOADS = {
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
                     "graphed_step.py", "triton_attention.py", "profile_utils.py", "prior_dump.py", "runtime.py")
 # The least value of each numeric flag (argument name: least).
-LEAST = dict(repeats=1, run_timeout=1, loader_batches=1, h2d_mib=1, steps=1, batch_size=1, rows=1, num_datasets=1,
-             timing_warmup=0)
+LEAST = dict(repeats=1, run_timeout=1, loader_batches=1, h2d_mib=1, steps=1, batch_size=1, rows=1, features=1,
+             num_datasets=1, timing_warmup=0)
 
 
 class RunError(Exception):
@@ -334,8 +334,8 @@ def parse_list(text, known, what):
 def resolve_workloads(args):
     """{name: shape} of the selected workloads with the command-line overrides applied."""
     table = QUICK_WORKLOADS if args.quick else WORKLOADS
-    given = dict(steps=args.steps, batch_size=args.batch_size, rows=args.rows, num_datasets=args.num_datasets,
-                 warmup=args.timing_warmup)
+    given = dict(steps=args.steps, batch_size=args.batch_size, rows=args.rows, features=args.features,
+                 num_datasets=args.num_datasets, warmup=args.timing_warmup)
     shapes = {}
     for name in parse_list(args.workloads, list(table), "workloads"):
         shape = shapes[name] = {**table[name], **{k: v for k, v in given.items() if v is not None}}
@@ -693,6 +693,7 @@ def build_parser():
     add("--steps", type=int, help="steps per run, for every selected workload")
     add("--batch-size", type=int, help="datasets per step (per rank), every workload")
     add("--rows", type=int, help="rows per dataset of the generated dumps")
+    add("--features", type=int, help="max features per dataset of the generated dumps")
     add("--num-datasets", type=int, help="datasets in the generated dumps")
     add("--timing-warmup", type=int, help="untimed warm-up steps per run")
     add("--dump-seed", type=int, default=0, help="prior seed of the generated dumps (cache key)")

@@ -605,6 +605,12 @@ def build_parser(description=None) -> ArgumentParser:
     p.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
     p.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
                    help="schedule-free AdamW (upstream) or torch AdamW")
+    m = ModelConfig()
+    p.add_argument("--embedding-size", type=positive_int, default=m.embedding_size, help="model width E")
+    p.add_argument("--num-attention-heads", type=positive_int, default=m.num_attention_heads,
+                   help="attention heads (E must divide by it)")
+    p.add_argument("--mlp-hidden-size", type=positive_int, default=m.mlp_hidden_size, help="MLP hidden width")
+    p.add_argument("--num-layers", type=positive_int, default=m.num_layers, help="transformer layers")
     p.add_argument("--time-budget", type=nonnegative_float, default=d.time_budget,
                    help="seconds of training instead of --steps (compiling, evals, saves not counted)")
     p.add_argument("--eval-every", type=eval_every_flag, default=d.eval_every,
@@ -632,10 +638,16 @@ def train_config(args) -> TrainConfig:
     return TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
 
 
+def model_size(args) -> dict:
+    """The ModelConfig size fields named by parsed flags."""
+    return {name: getattr(args, name) for name in ("embedding_size", "num_attention_heads", "mlp_hidden_size",
+                                                    "num_layers")}
+
+
 def main(argv=None):
-    config = train_config(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
     try:
-        session = prepare(config, ModelConfig(), LoaderConfig())
+        session = prepare(train_config(args), ModelConfig(**model_size(args)), LoaderConfig())
     except SETUP_ERRORS as e:
         return fail(e)
     for line in start_lines(session) + [NO_OPTIMIZATIONS]:

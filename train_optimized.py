@@ -13,8 +13,8 @@ import torch
 from loaders import LoaderConfig
 from model import ATTENTIONS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
-from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, build_parser as train_parser, execute, prepare, start_lines,
-                   train_config)
+from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, build_parser as train_parser, execute, model_size, prepare,
+                   start_lines, train_config)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
 # (launch-bound), slicing wins on long ones (flash skips the padded keys), so the choice goes by length.
@@ -106,7 +106,7 @@ def configs(args):
     loader = LoaderConfig(kind=args.loader, **{f.name: getattr(args, f.name) for f in fields(LoaderConfig)
                                                if f.name != "kind" and hasattr(args, f.name)})
     model = ModelConfig(attention=args.attention, feature_attention=args.feature_attention,
-                        grad_checkpoint=args.grad_checkpoint)
+                        grad_checkpoint=args.grad_checkpoint, **model_size(args))
     return train_config(args), model, loader
 
 

@@ -308,11 +308,25 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "-1e-3"], "--lr"), (["--lr", "0"], "--lr"),
     (["--steps", "0"], "--steps"), (["--time-budget", "-5"], "--time-budget"), (["--save-every", "-1"], "--save-every"),
     (["--require-gds"], "--loader bin"),
+    (["--embedding-size", "50"], "divisible"), (["--num-layers", "0"], "--num-layers"),
 ])
 def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
     p = script(["train_optimized.py", "--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval", *flags])
     assert p.returncode == 2 and expect in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_model_size_flags_reach_the_model_and_its_checkpoint(dump, tmp_path):
+    ck = tmp_path / "m.pt"
+    size = dict(embedding_size=48, num_attention_heads=2, mlp_hidden_size=64, num_layers=2)
+    flags = [x for k, v in size.items() for x in ("--" + k.replace("_", "-"), str(v))]
+    code, rec = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", *flags,
+                                             "--ckpt", str(ck), "--record", str(tmp_path / "r.json"), *FAST])
+    assert code == 0
+    assert {k: rec["config"]["model"][k] for k in size} == size
+    from classifier import model_from_checkpoint
+    model = model_from_checkpoint(ck)
+    assert model.config.embedding_size == 48 and len(model.transformer_blocks) == 2
 
 
 def test_notices_only_claim_what_runs(dump, capsys):
