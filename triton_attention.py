@@ -264,7 +264,7 @@ class _DatapointAttention(torch.autograd.Function):
         if cfg.q_warps is None or q_blocks == 0:
             # One launch: dK/dV and dQ programs run side by side and fill each other's tail.
             launches = [(kv_blocks + q_blocks, 0, cfg.bwd_warps, cfg.bwd_stages)]
-        else:   # (programs, PID_OFFSET, warps, stages): the dQ programs in a launch of their own
+        else:   # the dQ programs in a launch of their own, with their own warps and stages
             launches = [(kv_blocks, 0, cfg.bwd_warps, cfg.bwd_stages),
                         (q_blocks, kv_blocks, cfg.q_warps, cfg.q_stages or cfg.bwd_stages)]
         for programs, pid_offset, warps, stages in launches:
@@ -272,7 +272,11 @@ class _DatapointAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk, dv, None, None
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """softmax(q kᵀ * scale) v, differentiable: q (N, H, R, D), k and v (N, H, S, D), any strides, one dtype
+    (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). Returns (N, H, R, D), a transposed
+    view of (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, got {q.dim()}/{k.dim()}/{v.dim()}-d")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
@@ -294,12 +298,4 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"datapoint_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
                          f"got {q.device}")
-
-
-def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """softmax(q kᵀ * scale) v, differentiable: q (N, H, R, D), k and v (N, H, S, D), any strides, one dtype
-    (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). Returns (N, H, R, D), a transposed
-    view of (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
-    _check(q, k, v)
     return _DatapointAttention.apply(q, k, v, scale if scale is not None else 1.0 / math.sqrt(q.shape[3]), config)
