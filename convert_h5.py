@@ -1,14 +1,11 @@
 """Converts a nanoTabPFN HDF5 dump to the .bin records of dump_format (for kvikio / GPUDirect Storage).
 
-    python convert_h5.py data/prior.h5                # next to the dump; skipped when up to date
-    python convert_h5.py data/prior.h5 --verify       # re-read every record and compare with HDF5
-    python convert_h5.py data/prior.h5 --out-dir /nvme --force
+    python convert_h5.py data/prior.h5 [--verify] [--out-dir /nvme] [--force]
 
 Streams ~64 MB chunks; atomic (temp names, rename, sidecar last); one converter per dump (a lock file).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -36,15 +33,6 @@ def _write_all(handle, data: memoryview) -> None:
     handle.write(data)
 
 
-def _progress_bar(total: int, desc: str, enabled: bool):
-    """A tqdm bar (lazy import; a context manager that closes it) or None."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="ds", desc=desc, leave=False, dynamic_ncols=True) if enabled else None
-
-
 def _chunk_size(info: DumpInfo, chunk_datasets: int | None) -> int:
     if chunk_datasets is None:
         return max(1, CHUNK_BYTES // fmt.record_stride_bytes(info.rows, info.features))
@@ -53,12 +41,15 @@ def _chunk_size(info: DumpInfo, chunk_datasets: int | None) -> int:
     return int(chunk_datasets)
 
 
-def _chunks(info: DumpInfo, chunk: int, bar):
-    """Yields (first, count) over the dump, advancing `bar`."""
-    for first in range(0, info.num_datasets, chunk):
-        yield first, min(chunk, info.num_datasets - first)
-        if bar is not None:
-            bar.update(min(chunk, info.num_datasets - first))
+def _chunks(info: DumpInfo, chunk: int, desc: str, progress: bool):
+    """Yields (first, count) over the dump, `chunk` datasets at a time, with a progress bar."""
+    from tqdm import tqdm  # lazy: only the converter draws a bar
+    with tqdm(total=info.num_datasets, unit="ds", desc=f"{desc} {os.path.basename(info.path)}", leave=False,
+              dynamic_ncols=True, disable=not progress) as bar:
+        for first in range(0, info.num_datasets, chunk):
+            count = min(chunk, info.num_datasets - first)
+            yield first, count
+            bar.update(count)
 
 
 def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progress: bool) -> None:
@@ -67,9 +58,8 @@ def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progr
     R, F = info.rows, info.features
     mx, my = (np.memmap(p, dtype=fmt.BIN_DTYPE, mode="r", shape=(info.num_datasets, fmt.record_stride_bytes(R, w) // 4))
               for p, w in ((x_path, F), (y_path, 1)))
-    bar = _progress_bar(info.num_datasets, f"verify {os.path.basename(info.path)}", progress)
-    with h5py.File(info.path, "r") as f, bar or contextlib.nullcontext():
-        for first, count in _chunks(info, chunk, bar):
+    with h5py.File(info.path, "r") as f:
+        for first, count in _chunks(info, chunk, "verify", progress):
             x = f["X"][first:first + count].astype(np.float32, copy=False).reshape(count, -1)
             y = f["y"][first:first + count].astype(np.float32, copy=False)
             bx, by = np.asarray(mx[first:first + count]), np.asarray(my[first:first + count])
@@ -82,7 +72,7 @@ def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progr
                 raise ConvertError(f"verify: dataset {bad} of {x_path} / {y_path} differs from {info.path}")
 
 
-def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, bar) -> dict:
+def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, progress: bool) -> dict:
     """Streams padded X and y records into the temp files; returns {"x": crcs, "y": crcs}."""
     R, F = info.rows, info.features
     # Allocated once: padded records (zeros stay in the padding) and staging h5py reads into.
@@ -91,7 +81,7 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, bar) -> d
     stage_x, stage_y = np.empty((chunk, R, F), np.float32), np.empty((chunk, R), np.float32)
     crc = {"x": fmt.BlockChecksum(), "y": fmt.BlockChecksum()}
     with open(tmp_x, "wb") as fx, open(tmp_y, "wb") as fy, h5py.File(info.path, "r") as f:
-        for first, count in _chunks(info, chunk, bar):
+        for first, count in _chunks(info, chunk, "convert", progress):
             xs, ys = stage_x[:count], stage_y[:count]
             try:
                 f["X"].read_direct(xs, source_sel=np.s_[first:first + count])
@@ -106,7 +96,7 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, bar) -> d
                 view = memoryview(data[:count]).cast("B")
                 crc[which].update(view)  # checksum of the bytes as written, computed on the way
                 _write_all(handle, view)
-    return {k: c.finish() for k, c in crc.items()}
+    return {k: c.blocks for k, c in crc.items()}
 
 
 def _up_to_date(info: DumpInfo, sidecar: str, progress: bool) -> bool:
@@ -129,7 +119,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
     mb_per_s, skipped, ...). Raises DumpError, safe_io.OutputError (no space, disk full), ConvertError."""
     t0 = time.perf_counter()
     info = fmt.open_dump(dump_path, scan_values=False)  # values are checked chunk by chunk below
-    paths = x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)
+    x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)
     chunk = _chunk_size(info, chunk_datasets)
     total = fmt.bin_size_bytes(info)
     reclaimed = sum(os.path.getsize(p) for p in (x_bin, y_bin) if os.path.isfile(p))  # removed first
@@ -146,7 +136,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
             print(f"convert_h5: writing {x_bin} and {y_bin} ({safe_io.format_bytes(total)}, {info.num_datasets} "
                   f"datasets) from {info.path}; ETA ~{total / 1e6 / EXPECTED_MB_PER_S:.0f} s at "
                   f"~{EXPECTED_MB_PER_S} MB/s", flush=True)
-        _publish(info, paths, chunk, verify, progress)
+        _publish(info, (x_bin, y_bin, sidecar), chunk, verify, progress)
     seconds = time.perf_counter() - t0
     stats.update(bytes_written=total, seconds=seconds, mb_per_s=total / 1e6 / max(seconds, 1e-9))
     if progress:
@@ -165,9 +155,7 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
     published = False
     try:
         with safe_io.atomic_output(x_bin, ".bin file") as tmp_x, safe_io.atomic_output(y_bin, ".bin file") as tmp_y:
-            bar = _progress_bar(info.num_datasets, f"convert {os.path.basename(info.path)}", progress)
-            with bar or contextlib.nullcontext():
-                checksums = _write_records(info, tmp_x, tmp_y, chunk, bar)
+            checksums = _write_records(info, tmp_x, tmp_y, chunk, progress)
             if verify:
                 _compare_records(info, tmp_x, tmp_y, chunk, progress)
             stat = os.stat(info.path)
@@ -200,18 +188,12 @@ def main(argv=None) -> int:
     parser = ArgumentParser(description="Convert a nanoTabPFN HDF5 dump to 4 KiB-aligned .bin records for "
                                         "kvikio/GDS (format in dump_format.py).")
     parser.add_argument("dump", help="the HDF5 prior dump to convert (read-only)")
-    parser.add_argument("--out-dir", help="folder for <dump>.X.bin, <dump>.y.bin, <dump>.bin.json "
-                                          "(default: next to the dump)")
-    parser.add_argument("--chunk-datasets", type=int,
-                        help="datasets per streamed chunk (default: about 64 MB of records)")
-    parser.add_argument("--verify", action="store_true",
-                        help="re-read every record and compare it with the HDF5 (bounded memory)")
-    parser.add_argument("--force", action="store_true",
-                        help="convert even when an up-to-date conversion exists (or a newer format version's)")
+    parser.add_argument("--out-dir", help="folder for the .bin files and sidecar (default: next to the dump)")
+    parser.add_argument("--chunk-datasets", type=int, help="datasets per streamed chunk (default: ~64 MB)")
+    parser.add_argument("--verify", action="store_true", help="re-read every record and compare it with the HDF5")
+    parser.add_argument("--force", action="store_true", help="convert even when an up-to-date conversion exists")
     parser.add_argument("--no-progress", action="store_true", help="no plan line, progress bar or MB/s line")
     args = parser.parse_args(argv)
-    if args.chunk_datasets is not None and args.chunk_datasets < 1:
-        return fail(f"--chunk-datasets must be >= 1, got {args.chunk_datasets}")
     kw = dict(out_dir=args.out_dir, chunk_datasets=args.chunk_datasets, progress=not args.no_progress)
     try:
         stats = convert(args.dump, verify=args.verify, force=args.force, **kw)

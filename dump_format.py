@@ -1,7 +1,5 @@
-"""The nanoTabPFN dump format: HDF5 validation (open_dump / check_dump), batch positions, the .bin layout.
-
-convert_h5.py writes the .bin layout, the loaders read it; every reader checks the sidecar (magic,
-version, shapes, strides, sizes, per-block crc32 checksums).
+"""The nanoTabPFN dump format: HDF5 validation (open_dump / check_dump), batch positions, and the .bin layout
+that convert_h5.py writes and the loaders read through its checked sidecar (version, shapes, per-block crc32).
 """
 from __future__ import annotations
 
@@ -51,7 +49,6 @@ SCAN_CHUNK_BYTES = 64 << 20  # value scans and chunked loads read at most this m
 @dataclass
 class DumpInfo:
     """What open_dump() learned about a dump; metadata arrays are numpy (N,) int64."""
-
     path: str
     num_datasets: int
     rows: int
@@ -64,14 +61,6 @@ class DumpInfo:
     split_key: str
     size_bytes: int
     mtime_ns: int
-
-    @property
-    def x_bytes(self) -> int:  # X as float32 (N, R, F)
-        return self.num_datasets * self.rows * self.features * 4
-
-    @property
-    def y_bytes(self) -> int:  # y as float32 (N, R)
-        return self.num_datasets * self.rows * 4
 
 
 def value_problems(x, y, first: int, max_num_classes: int | None) -> tuple[str | None, str | None]:
@@ -119,12 +108,11 @@ def _inspect_dump(path, scan_values: bool, collect: bool) -> tuple[DumpInfo | No
         problem("is a directory, not an HDF5 dump" if os.path.isdir(path) else "no such file")
         return None, problems
     try:
-        is_hdf5 = h5py.is_hdf5(path)
+        if not h5py.is_hdf5(path):
+            problem("not an HDF5 file (no HDF5 signature)")
+            return None, problems
     except OSError as exc:
         problem(f"cannot be read ({exc})")
-        return None, problems
-    if not is_hdf5:
-        problem("not an HDF5 file (no HDF5 signature)")
         return None, problems
     try:
         stat = os.stat(path)
@@ -237,8 +225,7 @@ def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bo
 
 
 def open_dump(path, scan_values: bool = True) -> DumpInfo:
-    """Opens and validates a dump (scan_values: also X for NaN/Inf and y for class indices); DumpError names
-    the first problem in one line."""
+    """Validates a dump (scan_values: also X for NaN/Inf and y for class indices); DumpError names the first problem."""
     return _inspect_dump(path, scan_values=scan_values, collect=False)[0]
 
 
@@ -273,12 +260,6 @@ def batch_position(step: int, start: int, global_batch: int, num_datasets: int) 
     if step < first_run:
         return start + step * G
     return ((step - first_run) % (N // G)) * G
-
-
-def batch_wrapped(step: int, start: int, global_batch: int, num_datasets: int) -> bool:
-    """True for the first batch after a wrap to dataset 0."""
-    first_run = (num_datasets - start) // global_batch
-    return step >= first_run and (step - first_run) % (num_datasets // global_batch) == 0
 
 
 # The .bin layout --------------------------------------------------------------------------------
@@ -317,28 +298,23 @@ def metadata_sha256(num_features, num_datapoints, splits) -> str:
 
 
 class BlockChecksum:
-    """crc32 of each CHECKSUM_BLOCK_BYTES block of a byte stream fed in pieces (zlib: fast, releases the GIL;
-    catches accidental damage, not forgery)."""
+    """`.blocks`: crc32 of each CHECKSUM_BLOCK_BYTES block of a byte stream fed in pieces (zlib: fast, releases
+    the GIL; catches accidental damage, not forgery)."""
 
     def __init__(self):
         self.blocks: list[int] = []
-        self._crc, self._filled = 0, 0
+        self._size = 0
 
     def update(self, data) -> None:
         view = memoryview(data).cast("B")
         while len(view):
-            take = min(len(view), CHECKSUM_BLOCK_BYTES - self._filled)
-            self._crc = zlib.crc32(view[:take], self._crc)
-            self._filled += take
+            filled = self._size % CHECKSUM_BLOCK_BYTES
+            if filled == 0:
+                self.blocks.append(0)  # a new block starts
+            take = min(len(view), CHECKSUM_BLOCK_BYTES - filled)
+            self.blocks[-1] = zlib.crc32(view[:take], self.blocks[-1])
+            self._size += take
             view = view[take:]
-            if self._filled == CHECKSUM_BLOCK_BYTES:
-                self.finish()
-
-    def finish(self) -> list[int]:
-        if self._filled:
-            self.blocks.append(self._crc)
-            self._crc, self._filled = 0, 0
-        return self.blocks
 
 
 def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = None) -> dict:

@@ -15,21 +15,6 @@ def import_kvikio():
         return None, f"kvikio not importable ({type(exc).__name__}: {' '.join(str(exc).split())})"
 
 
-def set_threads(kvikio, threads: int) -> None:
-    """Sets kvikio's thread pool size: new API defaults.set, old API defaults.num_threads_reset."""
-    defaults = kvikio.defaults
-    if hasattr(defaults, "set"):
-        defaults.set({"num_threads": int(threads)})
-    else:
-        defaults.num_threads_reset(int(threads))
-
-
-def _compat_mode(kvikio):
-    """kvikio's compat mode setting (CompatMode.ON/OFF/AUTO on new versions, bool on old ones)."""
-    defaults = kvikio.defaults
-    return defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()
-
-
 def cufile_property(kvikio, name: str):
     """A cuFile driver property (is_gds_available, allow_compat_mode), or None if unreadable."""
     try:
@@ -44,15 +29,14 @@ def cufile_property(kvikio, name: str):
 
 
 def kvikio_io_path(kvikio) -> tuple[str, str]:
-    """The path kvikio takes for reads into CUDA memory: ("gds" | "cufile-compat" | "kvikio-posix", why).
-
-    gds only when kvikio is not in compat mode and the cuFile driver reports GPUDirect Storage; the
-    reason never says "GDS" for a path that is not gds.
-    """
-    mode = _compat_mode(kvikio)
+    """("gds" | "cufile-compat" | "kvikio-posix", why) for reads into CUDA memory: gds only when kvikio is not
+    in compat mode and the cuFile driver reports GPUDirect Storage; `why` never says "GDS" for another path."""
+    defaults = kvikio.defaults
+    # CompatMode.ON/OFF/AUTO on new kvikio versions, a bool on old ones.
+    mode = defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()
     mode_name = getattr(mode, "name", str(mode))
     try:
-        preferred = bool(kvikio.defaults.is_compat_mode_preferred())
+        preferred = bool(defaults.is_compat_mode_preferred())
     except Exception:
         preferred = mode is True or mode_name.upper().endswith("ON")
     if preferred:
@@ -77,12 +61,13 @@ def choose_io_path(cuda: bool, threads: int, target: str):
     """Returns (kvikio or None, io path, one-line why) for the .bin loader before any file is opened."""
     kvikio, missing = (None, "no CUDA device") if not cuda else import_kvikio()
     if kvikio is None:
-        io_path = "memmap+pinned" if cuda else "memmap"
-        why = (f"{missing}: numpy memmap of the .bin, "
-               + ("pinned staging + non_blocking copies on a side stream" if cuda
-                  else "read ahead by one thread (CPU: no copies)"))
-        return None, io_path, why
-    set_threads(kvikio, threads)
+        how = ("pinned staging + non_blocking copies on a side stream" if cuda
+               else "read ahead by one thread (CPU: no copies)")
+        return None, "memmap+pinned" if cuda else "memmap", f"{missing}: numpy memmap of the .bin, {how}"
+    if hasattr(kvikio.defaults, "set"):  # new API; old: num_threads_reset
+        kvikio.defaults.set({"num_threads": int(threads)})
+    else:
+        kvikio.defaults.num_threads_reset(int(threads))
     io_path, why = kvikio_io_path(kvikio)
     if read_target(io_path, target) == "host" and io_path != "kvikio-posix":
         # Host buffers never go through cuFile: kvikio reads them with POSIX preads.
@@ -91,8 +76,8 @@ def choose_io_path(cuda: bool, threads: int, target: str):
 
 
 def check_direct_io(kvikio, path: str, io_path: str, why: str) -> tuple[str, str]:
-    """kvikio in AUTO mode quietly reads through POSIX a file that cannot be opened with O_DIRECT
-    (tmpfs, overlay...): checks the real file so the reported path is honest."""
+    """kvikio in AUTO mode quietly reads a file that O_DIRECT cannot open (tmpfs, overlay...) through POSIX:
+    checks the real file so the reported path is honest."""
     handle = kvikio.CuFile(path, "r")
     try:
         direct = handle.is_direct_io_supported() if hasattr(handle, "is_direct_io_supported") else True

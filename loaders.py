@@ -1,17 +1,8 @@
 """Every data path of the training loop behind one interface: make_loader(..., LoaderConfig) -> Loader.
 
-All loaders yield the same `Batch(x, y, split, wrapped)` for the same dump, batch size, start and rank,
-bit for bit, so the training loop never changes when the data path does:
-
-    kind="h5"                   baseline: h5py slice per step, then a synchronous .to(device)
-    kind="h5", pinned           h5py read_direct into a pinned ring, non_blocking copies
-    kind="h5", streams          one reader thread + a side CUDA stream, `prefetch` batches deep
-    kind="bin"                  .bin records (convert_h5.py) read by kvikio (gds / kvikio-posix), or
-                                numpy memmap without kvikio or CUDA (memmap+pinned / memmap)
-    kind="resident"             the whole dump in device memory; batches are sliced there
-
-describe()["path"] says what really runs; .notes explain fallbacks, one line each. Loaders with a
-reader thread must be closed (close() or a with block). kvikio is imported lazily.
+kinds: "h5" (baseline; +pinned ring, +streams reader thread), "bin" (.bin records read by kvikio, or numpy
+memmap), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so the training
+loop never changes; describe()["path"] says what really runs. Close loaders that have a reader thread.
 """
 from __future__ import annotations
 
@@ -26,39 +17,30 @@ import numpy as np
 import torch
 
 from dump_format import (BIN_DTYPE, SCAN_CHUNK_BYTES, BinFormatError, DumpError, DumpInfo, GdsUnavailable,
-                         batch_position, batch_wrapped, bin_paths, open_dump, read_sidecar,
-                         check_values, record_stride_bytes, verify_bin_checksums)
+                         batch_position, bin_paths, check_values, open_dump, read_sidecar, record_stride_bytes,
+                         verify_bin_checksums)
 
 LOADER_KINDS = ("h5", "bin", "resident")
 
 
 @dataclass
 class LoaderConfig:
-    """The data path, as train_optimized.py's flags name it; the defaults are the baseline.
-
-    kind: "h5" | "bin" | "resident". pinned / streams: h5 ring buffers / reader thread + side stream.
-    prefetch: ring depth (>= 1). require_gds: "bin" must run GPUDirect Storage. no_convert: "bin"
-    refuses instead of (re)converting. kvikio_threads / kvikio_target ("device" | "host"): kvikio's
-    pool and read target. bin_dir: folder of the .bin files (default next to the dump).
-    verify_bin: check the .bin crc32 checksums at start-up.
-    """
-
-    kind: str = "h5"
-    pinned: bool = False
-    streams: bool = False
-    prefetch: int = 2
-    require_gds: bool = False
-    no_convert: bool = False
-    kvikio_threads: int = 8
-    kvikio_target: str = "device"
-    bin_dir: str | None = None
-    verify_bin: bool = True
+    """The data path, as train_optimized.py's flags name it; the defaults are the baseline."""
+    kind: str = "h5"               # "h5" | "bin" | "resident"
+    pinned: bool = False           # h5: read into a pinned ring, non_blocking copies
+    streams: bool = False          # h5: a reader thread copies on a side CUDA stream
+    prefetch: int = 2              # ring depth, batches read ahead (>= 1)
+    require_gds: bool = False      # bin: refuse any path but GPUDirect Storage
+    no_convert: bool = False       # bin: refuse instead of (re)converting
+    kvikio_threads: int = 8        # bin: kvikio's thread pool
+    kvikio_target: str = "device"  # bin: kvikio reads into "device" (CUDA) or "host" (pinned) slots
+    bin_dir: str | None = None     # folder of the .bin files (default: next to the dump)
+    verify_bin: bool = True        # bin: check the .bin crc32 checksums at start-up
 
 
 class Batch(NamedTuple):
-    """x (B, rows, feats) float32 and y (B, rows) float32 class indices on the device; split: train/test
-    split of the slice's first dataset; wrapped: first batch after a wrap to dataset 0."""
-
+    """x (B, rows, feats) and y (B, rows) float32 on the device; split of the slice's first dataset;
+    wrapped: first batch after a wrap to dataset 0."""
     x: torch.Tensor
     y: torch.Tensor
     split: int
@@ -66,7 +48,6 @@ class Batch(NamedTuple):
 
 
 class _Slice(NamedTuple):
-    step: int
     first: int  # first dataset of this rank's slice
     rows: int
     feats: int
@@ -75,12 +56,9 @@ class _Slice(NamedTuple):
 
 
 class _Ring:
-    """The one pinned ring of buffers: `depth` slots of flat buffers, allocated once, and one event each.
-
-    Allocated at the largest batch once, because page-locking is a slow driver call. A slot is
-    rewritten only after the event recorded behind the last copy out of it has fired: torch's caching
-    allocator guards frees, not our own rewrites. device="cuda" gives CUDA slots (kvikio's gds path).
-    """
+    """`depth` slots of flat buffers (pinned on the host, or CUDA), allocated once at the largest batch since
+    page-locking is a slow driver call, and one event per slot: a slot is rewritten only after the event
+    recorded behind the last copy out of it fired (the caching allocator guards frees, not our rewrites)."""
 
     def __init__(self, depth: int, numels, dtype=torch.float32, device="cpu"):
         host = torch.device(device).type == "cpu"
@@ -104,7 +82,7 @@ class _Ring:
 
 def _views(x_flat: torch.Tensor, y_flat: torch.Tensor, batch: int, rows: int, feats: int):
     """Contiguous (B, rows, feats) / (B, rows) views over the start of two flat ring buffers."""
-    return (x_flat[:batch * rows * feats].view(batch, rows, feats), y_flat[:batch * rows].view(batch, rows))
+    return x_flat[:batch * rows * feats].view(batch, rows, feats), y_flat[:batch * rows].view(batch, rows)
 
 
 class _H5Source:
@@ -115,14 +93,10 @@ class _H5Source:
         self.file = h5py.File(info.path, "r")
         self.X, self.y = self.file["X"], self.file["y"]
 
-    def _failed(self, first, count, exc):
-        return DumpError(f"{self.path}: read of datasets {first}..{first + count - 1} failed ({exc})")
-
     def read(self, first: int, count: int, rows: int, feats: int) -> tuple[np.ndarray, np.ndarray]:
         """Fresh arrays, exactly upstream's slice: X[p:p+B, :rows, :feats], y[p:p+B, :rows]."""
         try:
-            x = self.X[first:first + count, :rows, :feats]
-            y = self.y[first:first + count, :rows]
+            x, y = self.X[first:first + count, :rows, :feats], self.y[first:first + count, :rows]
         except OSError as exc:
             raise self._failed(first, count, exc) from exc
         return x.astype(np.float32, copy=False), y.astype(np.float32, copy=False)
@@ -135,6 +109,9 @@ class _H5Source:
             self.y.read_direct(y_out, source_sel=np.s_[first:first + count, :rows])
         except OSError as exc:
             raise self._failed(first, count, exc) from exc
+
+    def _failed(self, first, count, exc):
+        return DumpError(f"{self.path}: read of datasets {first}..{first + count - 1} failed ({exc})")
 
     def close(self):
         self.file.close()
@@ -149,20 +126,17 @@ class _MemmapSource:
         self.X = np.memmap(meta["x_path"], dtype=BIN_DTYPE, mode="r", shape=(N, meta["x_stride_bytes"] // 4))
         self.y = np.memmap(meta["y_path"], dtype=BIN_DTYPE, mode="r", shape=(N, meta["y_stride_bytes"] // 4))
 
-    def _views(self, first: int, count: int, rows: int, feats: int):
-        # (B, stride/4) -> drop padding -> (B, R, F) (a view: only the last axis is split) -> slice.
-        x = self.X[first:first + count, :self.R * self.F].reshape(count, self.R, self.F)
-        return x[:, :rows, :feats], self.y[first:first + count, :rows]
-
     def read(self, first: int, count: int, rows: int, feats: int) -> tuple[np.ndarray, np.ndarray]:
-        x, y = (np.array(a, dtype=np.float32) for a in self._views(first, count, rows, feats))
-        check_values(self.path, x, y, first, self.classes)
+        x, y = np.empty((count, rows, feats), np.float32), np.empty((count, rows), np.float32)
+        self.read_into(x, y, first, rows, feats)
         return x, y
 
     def read_into(self, x_out: np.ndarray, y_out: np.ndarray, first: int, rows: int, feats: int):
-        x, y = self._views(first, x_out.shape[0], rows, feats)
-        np.copyto(x_out, x)
-        np.copyto(y_out, y)
+        count = x_out.shape[0]
+        # (B, stride/4) -> drop padding -> (B, R, F) (a view: only the last axis is split) -> slice.
+        x = self.X[first:first + count, :self.R * self.F].reshape(count, self.R, self.F)
+        np.copyto(x_out, x[:, :rows, :feats])
+        np.copyto(y_out, self.y[first:first + count, :rows])
         check_values(self.path, x_out, y_out, first, self.classes)
 
     def close(self):
@@ -172,8 +146,10 @@ class _MemmapSource:
 class Loader:
     """Base of every loader: an infinite iterator of Batch with a resumable position.
 
-    Subclasses implement `_fetch(step)`; prefetching ones also `_start_workers()` / `_stop_workers()`.
+    Subclasses implement `_fetch(step)`; those with a reader thread also `_start_workers` / `_stop_workers`.
     """
+
+    source = ring = None  # closed by close(), ring first
 
     def __init__(self, info: DumpInfo, batch_size: int, device: torch.device, *, loader_name: str,
                  data_path: str = "", start: int = 0, rank: int = 0, world_size: int = 1, consumed: int = 0):
@@ -185,15 +161,17 @@ class Loader:
         self.consumed = int(consumed)
         self.notes: list[str] = []
         self._closed = False
-        self._global_batch = self.batch_size * self.world_size
 
     def _slice(self, step: int) -> _Slice:
         """This rank's datasets at `step` and the batch shape (max rows/features of the slice)."""
-        G, N, B = self._global_batch, self.info.num_datasets, self.batch_size
-        first = batch_position(step, self.start, G, N) + self.rank * B
+        B = self.batch_size
+        position = batch_position(step, self.start, B * self.world_size, self.info.num_datasets)
+        first = position + self.rank * B
         rows = int(self.info.num_datapoints[first:first + B].max())
         feats = int(self.info.num_features[first:first + B].max())
-        return _Slice(step, first, rows, feats, int(self.info.splits[first]), batch_wrapped(step, self.start, G, N))
+        # Dataset 0 after step 0, or at step 0 from a later start, is the first batch after a wrap.
+        wrapped = position == 0 and (step > 0 or self.start > 0)
+        return _Slice(first, rows, feats, int(self.info.splits[first]), wrapped)
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -242,10 +220,9 @@ class Loader:
             return
         self._closed = True
         self._stop_workers()
-        self._close_resources()
-
-    def _close_resources(self) -> None:
-        pass
+        for resource in (self.ring, self.source):
+            if resource is not None:
+                resource.close()
 
     def __enter__(self):
         return self
@@ -273,16 +250,12 @@ class _SyncLoader(Loader):
         # Synchronous copies from pageable memory: the host waits for each transfer (the baseline).
         return Batch(torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device), s.split, s.wrapped)
 
-    def _close_resources(self):
-        self.source.close()
 
-
-class _PinnedLoader(Loader):
+class _PinnedLoader(_SyncLoader):
     """h5py read_direct into the pinned ring, then non_blocking copies on the compute stream (CUDA only)."""
 
     def __init__(self, info, batch_size, device, *, prefetch, **kw):
         super().__init__(info, batch_size, device, data_path="h5py+pinned", **kw)
-        self.source = _H5Source(info)
         self.depth = max(1, int(prefetch))
         B, R, F = self.batch_size, info.rows, info.features
         self.ring = _Ring(self.depth, (B * R * F, B * R))
@@ -300,23 +273,12 @@ class _PinnedLoader(Loader):
         self.ring.release(k)
         return Batch(x, y, s.split, s.wrapped)
 
-    def _close_resources(self):
-        self.ring.close()
-        self.source.close()
-
-
-class _Failure:
-    """An exception raised in a reader thread, carried to the consumer."""
-
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
 
 class _Prefetcher:
     """One daemon reader thread running `produce(first_step, stop)` into a bounded queue.
 
     One thread: h5py serialises every call behind a global lock. The queue bound caps memory and
-    lets close() stop a thread blocked on a full queue.
+    lets close() stop a thread blocked on a full queue. A reader's exception is queued as the item.
     """
 
     def __init__(self, produce, first_step: int, depth: int, name: str):
@@ -334,7 +296,7 @@ class _Prefetcher:
                 if not self._put(item):
                     return
         except BaseException as exc:  # re-raised in the consumer, with its message
-            self._put(_Failure(exc))
+            self._put(exc)
         finally:
             if items is not None:
                 items.close()  # runs the producer's finally: closes its files
@@ -350,19 +312,17 @@ class _Prefetcher:
 
     def get(self):
         """Next item; re-raises the reader thread's exception (again on every later call)."""
-        if self._failure is not None:
-            raise self._failure
-        while True:
+        while self._failure is None:
             try:
                 item = self._queue.get(timeout=0.5)
-                break
             except queue.Empty:
                 if not self._thread.is_alive() and self._queue.empty():
                     raise RuntimeError("loader reader thread stopped without a result")
-        if isinstance(item, _Failure):
-            self._failure = item.exc
-            raise item.exc
-        return item
+                continue
+            if not isinstance(item, BaseException):
+                return item
+            self._failure = item
+        raise self._failure
 
     def close(self, timeout: float = 30.0):
         self._stop.set()
@@ -375,7 +335,7 @@ class _Prefetcher:
 
 
 class _ThreadedLoader(Loader):
-    """A loader whose batches come from a `_produce` generator on one reader thread."""
+    """A loader whose batches come from a `_produce(first_step, stop)` generator on one reader thread."""
 
     depth = 1
     _prefetcher: _Prefetcher | None = None
@@ -394,9 +354,6 @@ class _ThreadedLoader(Loader):
         assert item[0] == step, f"reader thread is at step {item[0]}, consumer at {step}"
         return item[1:]
 
-    def _produce(self, first_step: int, stop: threading.Event):
-        raise NotImplementedError
-
 
 def _wait_for_side_copy(device, ready, *tensors) -> None:
     """Makes the compute stream wait (on the GPU, the host does not block) for a side-stream copy."""
@@ -411,8 +368,8 @@ def _wait_for_side_copy(device, ready, *tensors) -> None:
 class _StreamLoader(_ThreadedLoader):
     """A reader thread fills host buffers and copies them on a side CUDA stream, `prefetch` batches ahead.
 
-    pinned: reads go into the pinned ring, copies are asynchronous. Otherwise pageable arrays, which
-    the driver stages synchronously. On CPU (memmap source only) the thread just reads ahead.
+    pinned: reads go into the pinned ring, copies are asynchronous; otherwise pageable arrays, which the
+    driver stages synchronously. On CPU (memmap source only) the thread just reads ahead.
     """
 
     def __init__(self, info, batch_size, device, *, source_factory, pinned, prefetch, **kw):
@@ -423,7 +380,8 @@ class _StreamLoader(_ThreadedLoader):
         B, R, F = self.batch_size, info.rows, info.features
         if self.cuda:
             self._side = torch.cuda.Stream(device=device)  # copies overlap the compute stream's kernels
-        self.ring = _Ring(self.depth, (B * R * F, B * R)) if self.pinned else None
+        if self.pinned:
+            self.ring = _Ring(self.depth, (B * R * F, B * R))
         self._start_workers()
 
     def _produce(self, first_step: int, stop: threading.Event):
@@ -462,10 +420,6 @@ class _StreamLoader(_ThreadedLoader):
         if self.cuda:
             _wait_for_side_copy(self.device, ready, x, y)
         return Batch(x, y, split, wrapped)
-
-    def _close_resources(self):
-        if self.ring is not None:
-            self.ring.close()
 
 
 class _KvikioLoader(_ThreadedLoader):
@@ -548,33 +502,27 @@ class _KvikioLoader(_ThreadedLoader):
                         ready = torch.cuda.Event()
                         ready.record(self._side)  # the compute stream waits on this
                         self.ring.release(k, self._side)
-                    yield step, s, span_x, span_y, ready
                 else:
-                    yield step, s, k, None, None
+                    (span_x, span_y), ready = self.ring.slots[k], None  # the consumer copies out of slot k
+                yield step, s, k, span_x, span_y, ready
                 step += 1
         finally:
             for f in files:
                 f.close()
 
     def _fetch(self, step: int) -> Batch:
-        s, a, b, ready = self._next_item(step)
+        s, k, span_x, span_y, ready = self._next_item(step)
         B, R, F = self.batch_size, self.info.rows, self.info.features
         if self.target == "host":
-            span_x, span_y = a, b
             _wait_for_side_copy(self.device, ready, span_x, span_y)
-        else:
-            span_x, span_y = self.ring.slots[a]
         # A contiguous copy on the compute stream: the batch owns its memory, the slot can be reused.
         x = self._records(span_x, self._x_stride, R * F).view(B, R, F)[:, :s.rows, :s.feats].clone(
             memory_format=torch.contiguous_format)
         y = self._records(span_y, self._y_stride, R)[:, :s.rows].clone(memory_format=torch.contiguous_format)
         if self.target == "device":
-            self.ring.release(a)  # slot reusable once this copy has run; the token lets the reader on
+            self.ring.release(k)  # slot reusable once this copy has run; the token lets the reader on
             self._tokens.release()
         return Batch(x, y, s.split, s.wrapped)
-
-    def _close_resources(self):
-        self.ring.close()
 
 
 class _ResidentLoader(Loader):
@@ -593,7 +541,8 @@ class _ResidentLoader(Loader):
         y = self.y[s.first:s.first + B, :s.rows].clone(memory_format=torch.contiguous_format)
         return Batch(x, y, s.split, s.wrapped)
 
-    def _close_resources(self):
+    def close(self):
+        super().close()
         self.X = self.y = None
 
 
@@ -630,22 +579,17 @@ def _free_memory_bytes(device: torch.device) -> int:
         return int(torch.cuda.mem_get_info(device)[0])
     try:
         with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def ensure_bin(info: DumpInfo, *, bin_dir=None, no_convert: bool = False, verify: bool = True,
                notes: list | None = None, progress: bool = True) -> dict:
-    """The sidecar (with x_path / y_path) of a valid .bin conversion, (re)converting a missing or damaged one.
-
-    no_convert: raise instead. verify: also check every block's crc32. notes: receives one-line notices.
-    Raises BinFormatError / DumpError (one line); a newer format version is never overwritten.
-    """
-    _, _, sidecar = bin_paths(info.path, bin_dir)
+    """The sidecar (with x_path / y_path) of a valid .bin conversion, (re)converting a missing or damaged one
+    unless no_convert; verify: check every block's crc32; notes receives one-line notices. Raises
+    BinFormatError / DumpError (one line); a newer format version is never overwritten."""
+    sidecar = bin_paths(info.path, bin_dir)[2]
     notes = notes if notes is not None else []
     try:
         meta = read_sidecar(sidecar, info)
@@ -669,7 +613,13 @@ def ensure_bin(info: DumpInfo, *, bin_dir=None, no_convert: bool = False, verify
     return read_sidecar(sidecar, info)
 
 
-def _check_arguments(info: DumpInfo, batch_size, config: LoaderConfig, rank, world_size, consumed, start):
+def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | None = None, *,
+                rank: int = 0, world_size: int = 1, consumed: int = 0, start: int = 0) -> Loader:
+    """The loader of `config`'s data path (default: the baseline) for a dump path or DumpInfo; B = batch_size
+    per rank, this rank's slice of each global batch of world_size*B datasets, `consumed` batches already
+    read, `start` the dataset of step 0. Raises DumpError, GdsUnavailable, ValueError (bad arguments)."""
+    config = config or LoaderConfig()
+    info = info_or_path if isinstance(info_or_path, DumpInfo) else open_dump(info_or_path)
     if config.kind not in LOADER_KINDS:
         raise ValueError(f"unknown loader kind {config.kind!r} (expected one of {', '.join(LOADER_KINDS)})")
     if config.kvikio_target not in ("device", "host"):
@@ -687,27 +637,6 @@ def _check_arguments(info: DumpInfo, batch_size, config: LoaderConfig, rank, wor
                         f"{batch_size * world_size} datasets is larger than the dump ({N} datasets)")
     if not 0 <= start < N:
         raise ValueError(f"start {start} must be in 0..{N - 1}")
-
-
-def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | None = None, *,
-                rank: int = 0, world_size: int = 1, consumed: int = 0, start: int = 0) -> Loader:
-    """Builds the loader of a data path; every path yields the baseline's batches bit for bit.
-
-    Args:
-        info_or_path: dump path (validated with open_dump) or a DumpInfo. batch_size: B per rank.
-        device: "cpu", "cuda", "cuda:1" or torch.device. config: the data path (default: the baseline).
-        rank, world_size: this process's slice of each global batch of world_size*B datasets.
-        consumed: batches already consumed (resume continues there). start: dataset of step 0.
-
-    Returns:
-        Loader: iterator of Batch with .describe(), .notes, .state_dict(), .close().
-
-    Raises:
-        DumpError (bad dump, batch larger than the dump), GdsUnavailable, ValueError (bad arguments).
-    """
-    config = config or LoaderConfig()
-    info = info_or_path if isinstance(info_or_path, DumpInfo) else open_dump(info_or_path)
-    _check_arguments(info, batch_size, config, rank, world_size, consumed, start)
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} requested but CUDA is not available here")
@@ -725,27 +654,24 @@ def _make_h5_loader(info, batch_size, device, config: LoaderConfig, common) -> L
     h5 = dict(loader_name=name, source_factory=lambda: _H5Source(info), **common)
     if device.type != "cuda" or not (pinned or streams):
         loader = _SyncLoader(info, batch_size, device, data_path="h5py+sync-copy", **h5)
-        if pinned and device.type != "cuda":
-            loader.notes.append("--pinned: no effect without CUDA (no page-locked copies on CPU); "
-                                "running the baseline path")
-        if streams and device.type != "cuda":
-            loader.notes.append("--streams: no effect without CUDA (no CUDA streams on CPU); "
-                                "running the baseline path")
+        for flag, on, missing in (("pinned", pinned, "no page-locked copies"), ("streams", streams, "no CUDA streams")):
+            if on and device.type != "cuda":
+                loader.notes.append(f"--{flag}: no effect without CUDA ({missing} on CPU); running the baseline path")
         return loader
-    if streams:
-        loader = _StreamLoader(info, batch_size, device, pinned=pinned, prefetch=prefetch,
-                               data_path="h5py+pinned+streams" if pinned else "h5py+pageable+streams", **h5)
-        if not pinned:
-            loader.notes.append("--streams without --pinned: pageable host memory, so the driver stages "
-                                "each side-stream copy synchronously (less overlap); add --pinned for "
-                                "asynchronous copies")
-        return loader
-    return _PinnedLoader(info, batch_size, device, loader_name=name, prefetch=prefetch, **common)
+    if not streams:
+        return _PinnedLoader(info, batch_size, device, prefetch=prefetch, **h5)
+    loader = _StreamLoader(info, batch_size, device, pinned=pinned, prefetch=prefetch,
+                           data_path="h5py+pinned+streams" if pinned else "h5py+pageable+streams", **h5)
+    if not pinned:
+        loader.notes.append("--streams without --pinned: pageable host memory, so the driver stages "
+                            "each side-stream copy synchronously (less overlap); add --pinned for "
+                            "asynchronous copies")
+    return loader
 
 
 def _make_resident_loader(info, batch_size, device, config: LoaderConfig, common) -> Loader:
     cuda = device.type == "cuda"
-    need, free = info.x_bytes + info.y_bytes, _free_memory_bytes(device)
+    need, free = info.num_datasets * info.rows * (info.features + 1) * 4, _free_memory_bytes(device)  # X and y
     if need < 0.5 * free:  # headroom: activations, gradients and optimizer state need the rest
         loader = _ResidentLoader(info, batch_size, device, loader_name="resident", **common)
         loader.notes.append(
@@ -773,15 +699,17 @@ def _make_bin_loader(info, batch_size, device, config: LoaderConfig, common) -> 
     name = f"bin(prefetch={config.prefetch})"
     notes: list[str] = []
     kvikio, io_path, why = gds.choose_io_path(cuda, config.kvikio_threads, config.kvikio_target)
-    if config.require_gds and io_path != "gds":  # fail before a possibly long conversion
-        raise GdsUnavailable(f"--require-gds: the bin loader would run '{io_path}', not GPUDirect Storage ({why})")
+    def refuse_unless_gds():
+        if config.require_gds and io_path != "gds":
+            raise GdsUnavailable(f"--require-gds: the bin loader would run '{io_path}', not GPUDirect "
+                                 f"Storage ({why})")
+
+    refuse_unless_gds()  # before a possibly long conversion
     meta = ensure_bin(info, bin_dir=config.bin_dir, no_convert=config.no_convert, verify=config.verify_bin,
                       notes=notes, progress=common["rank"] == 0)
     if kvikio is not None and io_path == "gds":
         io_path, why = gds.check_direct_io(kvikio, meta["x_path"], io_path, why)
-        if config.require_gds and io_path != "gds":
-            raise GdsUnavailable(f"--require-gds: the bin loader would run '{io_path}', not GPUDirect "
-                                 f"Storage ({why})")
+        refuse_unless_gds()
     if kvikio is not None:
         target = gds.read_target(io_path, config.kvikio_target)
         loader = _KvikioLoader(info, batch_size, device, loader_name=name, data_path=io_path, meta=meta,

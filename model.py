@@ -1,13 +1,9 @@
 """nanoTabPFN: the model (upstream's architecture and parameter names) with selectable attention kernels.
 
-Shapes: B datasets in the batch, R rows (datapoints), S train rows (train_test_split_index),
-C columns = features + 1 target column, E embedding size, H heads, D = E // H head size.
-
-One class, one set of parameter names (upstream's, so upstream checkpoints load). `ModelConfig.attention`
-picks how both attentions run; every choice gives the same outputs (tests/test_model.py):
-  "mha"      nn.MultiheadAttention called as upstream does (two datapoint calls), table (B, R, C, E).
-  otherwise  one in-projection on the same parameters and one datapoint call for all rows, on a table
-             stored columns-outer, (B, C, R, E), so each column's rows are one contiguous sequence.
+Shapes: B datasets, R rows, S train rows (train_test_split_index), C columns = features + 1 target column,
+E embedding size, H heads, D = E // H head size. `ModelConfig.attention` picks the kernels, all with the same
+outputs: "mha" calls nn.MultiheadAttention as upstream does on a (B, R, C, E) table; the others run one
+in-projection and one datapoint call on a columns-outer (B, C, R, E) table, each column's rows contiguous.
 """
 from __future__ import annotations
 
@@ -33,14 +29,9 @@ SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint")
 
 @dataclass
 class ModelConfig:
-    """Model size, and how it runs (`attention`, `feature_attention`, `grad_checkpoint` change speed only).
-
-    attention: one of ATTENTIONS (module docstring). "flex" is flex_attention with a block mask and
-        serves the padded static-shape step (forward_padded); "triton" is triton_attention's kernel.
-    feature_attention: the feature attention off the "mha" path: SDPA, batched small matmuls, or
-        broadcast multiplies and sums that torch.compile fuses.
-    grad_checkpoint: recompute each layer in the backward pass instead of storing its activations.
-    """
+    """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
+    triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
+    torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass)."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -58,11 +49,9 @@ class ModelConfig:
         if self.embedding_size % self.num_attention_heads:
             raise ValueError(f"embedding_size {self.embedding_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"ModelConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
-        if self.feature_attention not in FEATURE_ATTENTIONS:
-            raise ValueError(f"ModelConfig.feature_attention must be one of {FEATURE_ATTENTIONS}, "
-                             f"got {self.feature_attention!r}")
+        for name, choices in (("attention", ATTENTIONS), ("feature_attention", FEATURE_ATTENTIONS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"ModelConfig.{name} must be one of {choices}, got {getattr(self, name)!r}")
         # No silent fallback: the "mha" path is upstream's nn.MultiheadAttention call and would ignore it.
         if self.attention == "mha" and self.feature_attention != "sdpa":
             raise ValueError(f"feature_attention={self.feature_attention!r} needs an attention other than 'mha'")
@@ -75,15 +64,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, stored: dict) -> "ModelConfig":
         """A stored config of any version: retired speed switches map to today's or are dropped."""
-        stored = dict(stored)
-        retired = {"padded_attention": None, "sdpa_backend": None, "checkpoint": "grad_checkpoint"}
-        for old, new in retired.items():
-            if old in stored:
-                value = stored.pop(old)
-                if new:
-                    stored[new] = value
-        stored["attention"] = {"torch": "mha", "flash": "sdpa"}.get(stored.get("attention"),
-                                                                   stored.get("attention", "mha"))
+        stored = {k: v for k, v in stored.items() if k not in ("padded_attention", "sdpa_backend")}
+        if "checkpoint" in stored:
+            stored["grad_checkpoint"] = stored.pop("checkpoint")
+        attention = stored.get("attention", "mha")
+        stored["attention"] = {"torch": "mha", "flash": "sdpa"}.get(attention, attention)
         unknown = sorted(set(stored) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"unknown model_config field(s) {unknown}")
@@ -107,26 +92,14 @@ def train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.d
     """flex_attention BlockMask letting every query attend to keys < split; key blocks past it are skipped."""
     from torch.nn.attention.flex_attention import create_block_mask  # lazily: only "flex" needs it
 
-    def keys_before_split(batch, head, query, key):
-        return key < split
-
     block = FLEX_SMALL_BLOCK if num_rows_max <= FLEX_SMALL_BLOCK_MAX_ROWS else 128
-    return create_block_mask(keys_before_split, None, None, num_rows_max, num_rows_max, device=device,
-                             BLOCK_SIZE=block)
+    return create_block_mask(lambda batch, head, query, key: key < split, None, None, num_rows_max, num_rows_max,
+                             device=device, BLOCK_SIZE=block)
 
 
 def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask=None):
-    """softmax(q kᵀ / sqrt(D)) v over the rows of each column, on the kernel `kernel` names.
-
-    Args:
-        q: (N, H, R, D) queries; k, v: (N, H, S, D) keys and values (the train rows), or all R rows
-            with key_mask (R,) bool / block_mask (a flex BlockMask) marking the train rows.
-        kernel: "sdpa" (PyTorch's dispatcher picks), "flash" / "cudnn" / "efficient" / "math" (SDPA
-            pinned to that kernel), "flex" (flex_attention, with block_mask on padded tables), "triton"
-            (triton_attention's kernel; no mask).
-    Returns:
-        (N, H, R, D).
-    """
+    """softmax(q kᵀ / sqrt(D)) v on `kernel` (an attention name other than "mha"): q (N, H, R, D), k and v
+    (N, H, S, D) train rows, or all R rows with key_mask (R,) bool / a flex block_mask. Returns (N, H, R, D)."""
     if kernel == "flex":
         from torch.nn.attention.flex_attention import flex_attention
         # Tiles matching the mask's blocks; sliced keys (no mask) keep flex's defaults.
@@ -137,27 +110,20 @@ def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask
             raise ValueError("attention='triton' takes no key mask: use it on sliced tables (no --cuda-graphs)")
         return _triton_kernel()(q, k, v)
     mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
-    pin = contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel])
-    with pin:
+    with contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 @functools.cache
 def _triton_kernel():
-    """triton_attention's kernel (imported lazily: needs triton and CUDA), called outside torch.compile's
-    graph: Inductor retypes the float scale of a user kernel as fp64."""
+    """triton_attention's kernel, imported lazily (triton, CUDA) and kept out of torch.compile's graph:
+    Inductor retypes a user kernel's float scale as fp64."""
     from triton_attention import datapoint_attention
     return torch.compiler.disable(datapoint_attention)
 
 
 def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
-    """q, k, v of nn.MultiheadAttention's packed in-projection in one matmul.
-
-    Args:
-        x: (..., E) cells, any leading dimensions.
-    Returns:
-        q, k, v, each (..., H, D): strided views into one (..., 3E) buffer, no copies.
-    """
+    """x (..., E) -> q, k, v (..., H, D) of attention's packed in-projection: one matmul, views, no copies."""
     heads = attention.num_heads
     qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)   # (..., 3E)
     qkv = qkv.unflatten(-1, (3, heads, x.shape[-1] // heads))             # (..., 3, H, D)
@@ -165,10 +131,7 @@ def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
 
 
 def matmul_attention(q, k, v, key_mask=None):
-    """softmax(q kᵀ / sqrt(D)) v as batched small matrices, softmax in at least fp32.
-
-    q: (N, H, Lq, D); k, v: (N, H, Lk, D); key_mask: None or (Lk,) bool. Returns (N, H, Lq, D).
-    """
+    """Batched small matmuls, softmax in >= fp32: q (N, H, Lq, D), k, v (N, H, Lk, D), key_mask (Lk,) bool."""
     scores = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)           # (N, H, Lq, Lk)
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
     if key_mask is not None:
@@ -177,12 +140,8 @@ def matmul_attention(q, k, v, key_mask=None):
 
 
 def broadcast_attention(q, k, v, key_mask=None):
-    """softmax(q kᵀ / sqrt(D)) v over the few tokens of dim 1, as fp32 broadcast multiplies and sums.
-
-    Why: torch.compile fuses these into a few kernels that read each input once in any layout, where
-    batched GEMMs of 6 x 6 tiles would leave the tensor cores idle.
-    q: (B, Lq, R, H, D); k, v: (B, Lk, R, H, D); key_mask: None or (Lk,) bool. Returns (B, Lq, R, H, D).
-    """
+    """Attention over dim 1 as fp32 broadcast multiplies and sums, which torch.compile fuses into a few kernels
+    (6 x 6 GEMMs would idle the tensor cores): q (B, Lq, R, H, D), k, v (B, Lk, R, H, D), key_mask (Lk,)."""
     compute = torch.promote_types(q.dtype, torch.float32)                # fp32 under bf16 autocast
     q32, k32, v32 = q.to(compute), k.to(compute), v.to(compute)
     scores = (q32.unsqueeze(2) * k32.unsqueeze(1)).sum(-1) * q.shape[-1] ** -0.5   # (B, Lq, Lk, R, H)
@@ -196,10 +155,9 @@ class NanoTabPFNModel(nn.Module):
     """Encoders, a stack of TransformerEncoderLayer, and a decoder on the target column of test rows."""
 
     def __init__(self, config: ModelConfig | None = None, **overrides):
-        """config: a ModelConfig; overrides: fields to change, e.g. NanoTabPFNModel(attention="sdpa")."""
+        """overrides: fields to change, e.g. NanoTabPFNModel(attention="sdpa")."""
         super().__init__()
-        self.config = dataclasses.replace(config or ModelConfig(), **overrides)  # a validated copy
-        cfg = self.config
+        self.config = cfg = dataclasses.replace(config or ModelConfig(), **overrides)  # a validated copy
         # Creation order is upstream's, so a given torch seed gives upstream's initial weights.
         self.feature_encoder = FeatureEncoder(cfg.embedding_size)
         self.target_encoder = TargetEncoder(cfg.embedding_size)
@@ -210,37 +168,25 @@ class NanoTabPFNModel(nn.Module):
         self.decoder = Decoder(cfg.embedding_size, cfg.mlp_hidden_size, cfg.num_outputs)
 
     def extra_repr(self) -> str:
-        cfg = self.config
-        return f"attention={cfg.attention}, feature_attention={cfg.feature_attention}, grad_checkpoint={cfg.grad_checkpoint}"
+        return ", ".join(f"{name}={getattr(self.config, name)}" for name in SPEED_ONLY_FIELDS)
 
-    def _run_blocks(self, src: torch.Tensor, *args) -> torch.Tensor:
+    def _run_blocks(self, x_emb: torch.Tensor, y_emb: torch.Tensor, *args) -> torch.Tensor:
+        """Feature (B, R, C-1, E) and target (B, R, 1, E) cells through the blocks -> target cells (B, R, E)."""
+        mha = self.config.attention == "mha"
+        if mha:
+            src = torch.cat([x_emb, y_emb], dim=2)                                   # (B, R, C, E), upstream's
+        else:
+            src = torch.cat([x_emb.transpose(1, 2), y_emb.transpose(1, 2)], dim=1)  # (B, C, R, E): one copy
         for block in self.transformer_blocks:
             if self.config.grad_checkpoint and torch.is_grad_enabled():
                 src = grad_checkpoint(block, src, *args, use_reentrant=False)  # keeps only the layer's input
             else:
                 src = block(src, *args)
-        return src
-
-    def _table(self, x_emb: torch.Tensor, y_emb: torch.Tensor) -> torch.Tensor:
-        """Feature cells (B, R, C-1, E) + target cells (B, R, 1, E) -> (B, R, C, E) on "mha", else (B, C, R, E)."""
-        if self.config.attention == "mha":
-            return torch.cat([x_emb, y_emb], dim=2)
-        return torch.cat([x_emb.transpose(1, 2), y_emb.transpose(1, 2)], dim=1)  # one copy, columns outer
-
-    def _target_cells(self, table: torch.Tensor) -> torch.Tensor:
-        """The target column of every row, (B, R, E), from either layout."""
-        return table[:, :, -1, :] if self.config.attention == "mha" else table[:, -1, :, :]
+        return src[:, :, -1] if mha else src[:, -1]
 
     def forward(self, src: tuple[torch.Tensor, torch.Tensor], train_test_split_index: int) -> torch.Tensor:
-        """Upstream's forward.
-
-        Args:
-            src: (x, y_train): x (B, R, C-1) features of train then test rows; y_train (B, S) or (B, S, 1)
-                class indices (as floats) of the S train rows.
-            train_test_split_index: S (1 <= S <= R); may be a SymInt under torch.compile.
-        Returns:
-            logits (B, R-S, num_outputs) for the test rows.
-        """
+        """Upstream's forward: src = (x (B, R, C-1), y_train (B, S) or (B, S, 1) class indices as floats),
+        S = train_test_split_index (may be a SymInt under torch.compile). Returns logits (B, R-S, num_outputs)."""
         x_src, y_src = src
         split = train_test_split_index
         if x_src.dim() != 3:
@@ -253,25 +199,14 @@ class NanoTabPFNModel(nn.Module):
                              f"y_train's length {y_src.shape[1]}")
         x_emb = self.feature_encoder(x_src, split)       # (B, R, C-1, E)
         y_emb = self.target_encoder(y_src, num_rows)     # (B, R, 1, E)
-        table = self._run_blocks(self._table(x_emb, y_emb), split)
-        return self.decoder(self._target_cells(table)[:, split:])   # (B, R-S, num_outputs)
+        return self.decoder(self._run_blocks(x_emb, y_emb, split)[:, split:])   # (B, R-S, num_outputs)
 
     def forward_padded(self, x: torch.Tensor, y: torch.Tensor, split: torch.Tensor, num_rows: torch.Tensor,
                        num_features: torch.Tensor) -> torch.Tensor:
-        """Static-shape forward (torch.compile, CUDA graphs): `forward`'s logits on the real cells.
-
-        Padding cannot reach a real cell: encoder statistics and the target mean sum over train rows
-        only, datapoint keys are train rows only and feature keys the real columns only (masks), and
-        everything else acts on each cell alone. split / num_rows / num_features are 0-d tensors, so a
-        new value neither recompiles nor syncs with the host.
-
-        Args:
-            x: (B, R_max, F_max) features, real cells in [:num_rows, :num_features], finite padding.
-            y: (B, R_max) or (B, R_max, 1) class indices as floats; only rows < split are read.
-            split, num_rows, num_features: 0-d int64 tensors on x's device.
-        Returns:
-            logits (B, R_max, num_outputs), zero outside the test rows [split, num_rows).
-        """
+        """Static-shape forward (torch.compile, CUDA graphs): x (B, R_max, F_max), real in [:num_rows, :num_features];
+        y (B, R_max) or (B, R_max, 1), read below split; split, num_rows, num_features 0-d int64 tensors (a new value
+        neither recompiles nor syncs). Returns forward's logits on the test rows [split, num_rows), zero elsewhere,
+        (B, R_max, num_outputs). Statistics and datapoint keys see train rows only, feature keys real columns only."""
         if x.dim() != 3:
             raise ValueError(f"x must be (B, R_max, F_max), got shape {tuple(x.shape)}")
         if y.dim() == 2:
@@ -281,16 +216,15 @@ class NanoTabPFNModel(nn.Module):
             raise ValueError(f"y must be (B, R_max) = {(batch_size, rows_max)}, got {tuple(y.shape)}")
         device = x.device
         split, num_rows, num_features = (torch.as_tensor(t, device=device) for t in (split, num_rows, num_features))
-        rows = torch.arange(rows_max, device=device)
         columns = torch.arange(features_max + 1, device=device)
-        row_keys = rows < split                                              # (R,) train rows
+        row_keys = torch.arange(rows_max, device=device) < split            # (R,) train rows
         column_keys = (columns < num_features) | (columns == features_max)   # (C,) real features + target
         x_emb = self.feature_encoder.forward_padded(x, row_keys)            # (B, R, C-1, E)
         y_emb = self.target_encoder.forward_padded(y, row_keys)             # (B, R, 1, E)
         block_mask = train_key_block_mask(split, rows_max, device) if self.config.attention == "flex" else None
-        table = self._run_blocks(self._table(x_emb, y_emb), None, row_keys, column_keys, block_mask)
-        logits = self.decoder(self._target_cells(table))                    # (B, R, num_outputs)
-        test_rows = (rows >= split) & (rows < num_rows)                     # (R,)
+        target = self._run_blocks(x_emb, y_emb, None, row_keys, column_keys, block_mask)   # (B, R, E)
+        logits = self.decoder(target)                                        # (B, R, num_outputs)
+        test_rows = padded_test_row_mask(rows_max, split, num_rows)         # (R,)
         return torch.where(test_rows[None, :, None], logits, torch.zeros((), dtype=logits.dtype, device=device))
 
 
@@ -305,18 +239,10 @@ class FeatureEncoder(nn.Module):
         """x (B, R, F, 1), mean/std (B, 1, F, 1) -> (B, R, F, E)."""
         std = std + 1e-5
         std = torch.where(std < 1e-5, torch.ones_like(std), std)
-        x = (x - mean) / std
-        x = torch.clip(x, min=-100, max=100)
-        return self.linear_layer(x)
+        return self.linear_layer(torch.clip((x - mean) / std, min=-100, max=100))
 
     def forward(self, x: torch.Tensor, train_test_split_index: int) -> torch.Tensor:
-        """
-        Args:
-            x: (B, R, F) features.
-            train_test_split_index: S; statistics come from rows [:S].
-        Returns:
-            (B, R, F, E) cell embeddings.
-        """
+        """x (B, R, F) -> (B, R, F, E), statistics from rows [:S]."""
         x = x.unsqueeze(-1)                                                              # (B, R, F, 1)
         train = x[:, :train_test_split_index]                                            # (B, S, F, 1)
         mean = torch.mean(train, dim=1, keepdim=True)                                    # (B, 1, F, 1)
@@ -324,13 +250,7 @@ class FeatureEncoder(nn.Module):
         return self._embed(x, mean, std)
 
     def forward_padded(self, x: torch.Tensor, row_keys: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            x: (B, R, F) padded features.
-            row_keys: (R,) bool, True for train rows (the only rows the statistics see).
-        Returns:
-            (B, R, F, E) cell embeddings.
-        """
+        """x (B, R, F) padded -> (B, R, F, E), statistics from the train rows row_keys (R,) bool marks."""
         x = x.unsqueeze(-1)                                                              # (B, R, F, 1)
         mask = row_keys.view(1, -1, 1, 1)                                                # (1, R, 1, 1)
         count = row_keys.sum().to(x.dtype)                                               # S, no host sync
@@ -349,26 +269,14 @@ class TargetEncoder(nn.Module):
         self.linear_layer = nn.Linear(1, embedding_size)
 
     def forward(self, y_train: torch.Tensor, num_rows: int) -> torch.Tensor:
-        """
-        Args:
-            y_train: (B, S, 1) train labels.
-            num_rows: R.
-        Returns:
-            (B, R, 1, E) target embeddings; rows >= S carry the train mean.
-        """
+        """y_train (B, S, 1) -> (B, R, 1, E); rows >= S carry the train mean."""
         mean = torch.mean(y_train, dim=1, keepdim=True)                    # (B, 1, 1)
         padding = mean.repeat(1, num_rows - y_train.shape[1], 1)           # (B, R-S, 1)
         y = torch.cat([y_train, padding], dim=1)                           # (B, R, 1)
         return self.linear_layer(y.unsqueeze(-1))                          # (B, R, 1, E)
 
     def forward_padded(self, y: torch.Tensor, row_keys: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            y: (B, R, 1) labels of all rows; only train rows are read.
-            row_keys: (R,) bool, True for train rows.
-        Returns:
-            (B, R, 1, E) target embeddings; rows that are not train rows carry the train mean.
-        """
+        """y (B, R, 1), read on the train rows row_keys (R,) marks -> (B, R, 1, E); other rows get their mean."""
         mask = row_keys.view(1, -1, 1)                                                    # (1, R, 1)
         count = row_keys.sum().to(y.dtype)
         zero = torch.zeros((), dtype=y.dtype, device=y.device)
@@ -377,12 +285,8 @@ class TargetEncoder(nn.Module):
         return self.linear_layer(y.unsqueeze(-1))                                         # (B, R, 1, E)
 
 
-
 class TransformerEncoderLayer(nn.Module):
-    """Attention between features, attention between datapoints, then a per-cell MLP (post-norm).
-
-    Parameter names are upstream's on every path.
-    """
+    """Attention between features, attention between datapoints, then a per-cell MLP (post-norm)."""
 
     def __init__(self, embedding_size: int, nhead: int, mlp_hidden_size: int, attention: str = "mha",
                  feature_attention: str = "sdpa", layer_norm_eps: float = 1e-5):
@@ -399,13 +303,8 @@ class TransformerEncoderLayer(nn.Module):
 
     def forward(self, src: torch.Tensor, train_test_split_index: int | None, row_keys: torch.Tensor | None = None,
                 column_keys: torch.Tensor | None = None, block_mask=None) -> torch.Tensor:
-        """
-        Args:
-            src: the table, (B, R, C, E) on "mha", (B, C, R, E) otherwise; the output has the same layout.
-            train_test_split_index: S for unpadded tables, None when row_keys is given.
-            row_keys, column_keys: None, or (R,) / (C,) bool keys of the padded table's two attentions.
-            block_mask: None, or the flex BlockMask equal to row_keys (attention="flex").
-        """
+        """src (B, R, C, E) on "mha", else (B, C, R, E), and the same out. Unpadded tables pass S; padded ones
+        None and the (R,) / (C,) bool keys of the two attentions (and on "flex" the BlockMask of row_keys)."""
         src = self.norm1(self._attend_features(src, column_keys) + src)
         src = self.norm2(self._attend_datapoints(src, train_test_split_index, row_keys, block_mask) + src)
         return self.norm3(self.linear2(F.gelu(self.linear1(src))) + src)
@@ -456,18 +355,16 @@ class TransformerEncoderLayer(nn.Module):
         seqs = src.reshape(batch_size * columns, rows, embedding)           # (B*C, R, E): a view
         q, k, v = (t.transpose(1, 2) for t in in_projection(attention, seqs))   # (B*C, H, R, D) each
         if row_keys is None:
-            # Keys and values are the first S rows: a slice, no copy, no mask.
-            out = datapoint_attention(q, k[:, :, :split], v[:, :, :split], self.attention)
-        else:
-            out = datapoint_attention(q, k, v, self.attention, block_mask=block_mask,
-                                      key_mask=None if block_mask is not None else row_keys)
+            k, v = k[:, :, :split], v[:, :, :split]   # keys and values are the first S rows: a slice, no copy, no mask
+        out = datapoint_attention(q, k, v, self.attention, key_mask=row_keys if block_mask is None else None,
+                                  block_mask=block_mask)
         # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory, else one copy.
         out = out.transpose(1, 2).reshape(batch_size, columns, rows, embedding)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
 
 class Decoder(nn.Module):
-    """Two-layer MLP from the target cell's embedding to the logits."""
+    """Two-layer MLP: target-cell embeddings (B, N, E) -> logits (B, N, num_outputs)."""
 
     def __init__(self, embedding_size: int, mlp_hidden_size: int, num_outputs: int):
         super().__init__()
@@ -475,10 +372,4 @@ class Decoder(nn.Module):
         self.linear2 = nn.Linear(mlp_hidden_size, num_outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """
-        Args:
-            x: (B, N, E) target-cell embeddings.
-        Returns:
-            (B, N, num_outputs) logits.
-        """
         return self.linear2(F.gelu(self.linear1(x)))

@@ -1,16 +1,9 @@
 """Datapoint attention for small head sizes (D = 16..64) in Triton: forward and backward, no mask.
 
-    datapoint_attention(q, k, v) -> out
-      q (N, H, R, D), k and v (N, H, S, D): any strides (the model passes transposed, sliced views of
-      its in-projection); out (N, H, R, D), a view of (N, R, H, D) memory so that the caller's
-      transpose(1, 2).reshape(N, R, H * D) is free. Softmax scale 1/sqrt(D) unless given.
-
-D is padded to the next power of two (>= 16) by masked loads inside the kernel, the key length S
-is a run-time argument (one compilation serves every split), and the scale carries log2(e) so the
-softmax is one exp2 per score. bf16/fp16 in, fp32 accumulation. The backward is FlashAttention-2's:
-delta = rowsum(dO * O), then one launch whose programs either own a key block (dK, dV, looping over
-query blocks) or a query block (dQ, looping over key blocks); optionally dQ by fp32 atomics instead.
-Importing this module needs neither triton nor a GPU (the model imports it only for attention="triton").
+D is padded to a power of two (>= 16) by masked loads, the key length S is a run-time argument (one compilation
+serves every split), and the scale carries log2(e) (one exp2 per score); fp32 accumulation. The backward is
+FlashAttention-2's: delta = rowsum(dO * O), then one launch whose programs own a key block (dK, dV) or a query
+block (dQ); optionally dQ by fp32 atomics. Importing needs neither triton nor a GPU.
 """
 import math
 import os
@@ -213,11 +206,6 @@ def _block_d(head_size: int) -> int:
     return max(16, 1 << (head_size - 1).bit_length())
 
 
-def _strides(t: torch.Tensor) -> tuple:
-    """The 4 strides (elements) passed to the kernels: any layout works."""
-    return tuple(t.stride())
-
-
 def _align(*tensors: torch.Tensor) -> int:
     """Largest of 8/4/2/1 dividing every sequence and head stride (elements): a vectorization hint."""
     strides = [s for t in tensors for s in t.stride()[:2]]
@@ -229,62 +217,20 @@ def _rows_major(n: int, rows: int, heads: int, d: int, like: torch.Tensor, dtype
     return torch.empty(n, rows, heads, d, device=like.device, dtype=dtype or like.dtype).transpose(1, 2)
 
 
-def _forward(q, k, v, scale, cfg: KernelConfig):
-    """Returns out (N, H, R, D) and the log2-domain logsumexp (N*H, R) fp32 the backward needs."""
-    n, heads, rows, d = q.shape
-    keys = k.shape[2]
-    out = _rows_major(n, rows, heads, d, q)
-    lse = torch.empty(n * heads, rows, device=q.device, dtype=torch.float32)
-    grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
-    full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
-    _fwd_kernel[grid](q, k, v, out, lse, rows, keys, full, heads, *_strides(q), *_strides(k), *_strides(v),
-                      *_strides(out), scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out),
-                      BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
-                      num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
-    return out, lse
-
-
-def _backward(dout, q, k, v, out, lse, scale, cfg: KernelConfig):
-    """Returns dq (N, H, R, D), dk and dv (N, H, S, D), each a view of rows-major memory."""
-    n, heads, rows, d = q.shape
-    keys = k.shape[2]
-    block_d = _block_d(d)
-    delta = torch.empty_like(lse)
-    _delta_kernel[(triton.cdiv(rows, 128), n * heads)](
-        out, dout, delta, rows, heads, *_strides(out), *_strides(dout), D=d, BLOCK_D=block_d,
-        ALIGN=_align(out, dout), BLOCK_M=128)
-    if cfg.atomic_dq:
-        dq = torch.zeros(n, rows, heads, d, device=q.device, dtype=torch.float32).transpose(1, 2)
-    else:
-        dq = _rows_major(n, rows, heads, d, q)
-    dk = _rows_major(n, keys, heads, d, k)
-    dv = _rows_major(n, keys, heads, d, v)
-    kv_blocks = triton.cdiv(keys, cfg.kv_block_n)
-    q_blocks = 0 if cfg.atomic_dq else triton.cdiv(rows, cfg.q_block_m)
-    args = (q, k, v, dout, dq, dk, dv, lse, delta, rows, keys, heads, kv_blocks)
-    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(dout), *dq.stride()[:3], *dk.stride()[:3],
-               *dv.stride()[:3], scale * LOG2E, scale)
-    meta = dict(D=d, BLOCK_D=block_d, ALIGN=_align(q, k, v, dout, dq, dk, dv), KV_BLOCK_M=cfg.kv_block_m,
-                KV_BLOCK_N=cfg.kv_block_n, Q_BLOCK_M=cfg.q_block_m, Q_BLOCK_N=cfg.q_block_n,
-                ATOMIC_DQ=cfg.atomic_dq)
-    if cfg.q_warps is None or q_blocks == 0:
-        # One launch: dK/dV and dQ programs run side by side and fill each other's tail.
-        _bwd_kernel[(kv_blocks + q_blocks, n * heads)](*args, 0, *strides, **meta, num_warps=cfg.bwd_warps,
-                                                       num_stages=cfg.bwd_stages)
-    else:
-        _bwd_kernel[(kv_blocks, n * heads)](*args, 0, *strides, **meta, num_warps=cfg.bwd_warps,
-                                            num_stages=cfg.bwd_stages)
-        _bwd_kernel[(q_blocks, n * heads)](*args, kv_blocks, *strides, **meta, num_warps=cfg.q_warps,
-                                           num_stages=cfg.q_stages or cfg.bwd_stages)
-    if cfg.atomic_dq:
-        dq = dq.to(q.dtype)
-    return dq, dk, dv
-
-
 class _DatapointAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, cfg):
-        out, lse = _forward(q, k, v, scale, cfg)
+    def forward(ctx, q, k, v, scale, cfg: KernelConfig):
+        """out (N, H, R, D); keeps the log2-domain logsumexp lse (N*H, R) fp32 for the backward."""
+        n, heads, rows, d = q.shape
+        keys = k.shape[2]
+        out = _rows_major(n, rows, heads, d, q)
+        lse = torch.empty(n * heads, rows, device=q.device, dtype=torch.float32)
+        grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
+        full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
+        _fwd_kernel[grid](q, k, v, out, lse, rows, keys, full, heads, *q.stride(), *k.stride(), *v.stride(),
+                          *out.stride(), scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out),
+                          BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
+                          num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.cfg = scale, cfg
         return out
@@ -292,15 +238,47 @@ class _DatapointAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
+        """dq (N, H, R, D), dk and dv (N, H, S, D), each a view of rows-major memory."""
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(dout, q, k, v, out, lse, ctx.scale, ctx.cfg)
-        return dq, dk, dv, None, None
+        scale, cfg = ctx.scale, ctx.cfg
+        n, heads, rows, d = q.shape
+        keys = k.shape[2]
+        block_d = _block_d(d)
+        delta = torch.empty_like(lse)
+        _delta_kernel[(triton.cdiv(rows, 128), n * heads)](
+            out, dout, delta, rows, heads, *out.stride(), *dout.stride(), D=d, BLOCK_D=block_d,
+            ALIGN=_align(out, dout), BLOCK_M=128)
+        dq = _rows_major(n, rows, heads, d, q, torch.float32 if cfg.atomic_dq else None)
+        if cfg.atomic_dq:
+            dq.zero_()   # the dK/dV programs add their dQ shares into it
+        dk = _rows_major(n, keys, heads, d, k)
+        dv = _rows_major(n, keys, heads, d, v)
+        kv_blocks = triton.cdiv(keys, cfg.kv_block_n)
+        q_blocks = 0 if cfg.atomic_dq else triton.cdiv(rows, cfg.q_block_m)
+        args = (q, k, v, dout, dq, dk, dv, lse, delta, rows, keys, heads, kv_blocks)
+        strides = (*q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride()[:3], *dk.stride()[:3],
+                   *dv.stride()[:3], scale * LOG2E, scale)
+        meta = dict(D=d, BLOCK_D=block_d, ALIGN=_align(q, k, v, dout, dq, dk, dv), KV_BLOCK_M=cfg.kv_block_m,
+                    KV_BLOCK_N=cfg.kv_block_n, Q_BLOCK_M=cfg.q_block_m, Q_BLOCK_N=cfg.q_block_n,
+                    ATOMIC_DQ=cfg.atomic_dq)
+        if cfg.q_warps is None or q_blocks == 0:
+            # One launch: dK/dV and dQ programs run side by side and fill each other's tail.
+            launches = [(kv_blocks + q_blocks, 0, cfg.bwd_warps, cfg.bwd_stages)]
+        else:   # the dQ programs in a launch of their own, with their own warps and stages
+            launches = [(kv_blocks, 0, cfg.bwd_warps, cfg.bwd_stages),
+                        (q_blocks, kv_blocks, cfg.q_warps, cfg.q_stages or cfg.bwd_stages)]
+        for programs, pid_offset, warps, stages in launches:
+            _bwd_kernel[(programs, n * heads)](*args, pid_offset, *strides, **meta, num_warps=warps, num_stages=stages)
+        return dq.to(q.dtype), dk, dv, None, None
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
+                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """softmax(q kᵀ * scale) v, differentiable: q (N, H, R, D), k and v (N, H, S, D), any strides, one dtype
+    (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). Returns (N, H, R, D), a transposed
+    view of (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, "
-                         f"got {q.dim()}/{k.dim()}/{v.dim()}-d")
+        raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, got {q.dim()}/{k.dim()}/{v.dim()}-d")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(f"datapoint_attention shapes disagree: q {tuple(q.shape)}, k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
@@ -310,34 +288,14 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError("datapoint_attention needs at least one key")
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"datapoint_attention wants one float dtype for q, k, v, got {q.dtype}/{k.dtype}/{v.dtype}")
-    # The kernels index with 32-bit offsets.
     for t in (q, k, v):
         if sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride())) >= 2 ** 31:
             raise ValueError(f"datapoint_attention indexes with int32: a {tuple(t.shape)} tensor spans too much memory")
     if not q.device == k.device == v.device:
         raise ValueError(f"datapoint_attention wants q, k, v on one device, got {q.device}/{k.device}/{v.device}")
-
-
-def _check_runtime(device: torch.device) -> None:
     if triton is None:
         raise RuntimeError("datapoint_attention needs triton (pip install triton)")
-    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"datapoint_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
-                         f"got {device}")
-
-
-def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """softmax(q k^T * scale) v over every key, differentiable in q, k and v.
-
-    Args:
-        q: (N, H, R, D) queries, any strides; bf16 or fp16 (fp32 runs tl.dot in tf32).
-        k, v: (N, H, S, D) keys and values (S >= 1), same dtype.
-        scale: softmax scale, default 1/sqrt(D).
-        config: tile shapes (KernelConfig).
-    Returns:
-        (N, H, R, D) output, a transposed view of (N, R, H, D) memory.
-    """
-    _check(q, k, v)
-    _check_runtime(q.device)
+                         f"got {q.device}")
     return _DatapointAttention.apply(q, k, v, scale if scale is not None else 1.0 / math.sqrt(q.shape[3]), config)
