@@ -20,8 +20,7 @@ TARGETS = {
 # ---- One record -> one summary; repeats -> one row -----------------------------------------------
 
 def extra_of(record):
-    extra = record.get("extra")
-    return extra if isinstance(extra, dict) else {}
+    return record["extra"] if isinstance(record.get("extra"), dict) else {}
 
 
 def summarize_record(record):
@@ -46,9 +45,8 @@ def summarize_record(record):
 
 
 def aggregate(summaries):
-    """One (workload, config) over its repeats: median_ms of the runs' medians, min/max, p10/p90 of every step
-    pooled when the records carry them (else lowest p10 / highest p90: `spread` says which), repeat_ms in run
-    order, phase and data-share medians, worst peak memory, the median repeat's diagnosis."""
+    """One (workload, config) over its repeats: the median of the runs' medians, min/max, p10/p90 of the pooled
+    steps (else lowest p10 / highest p90: `spread` says which), phase medians, worst peak memory and so on."""
     medians = [s["step_ms"] for s in summaries]
     if all(s["step_times"] for s in summaries):
         pooled = percentiles([t for s in summaries for t in s["step_times"]])

@@ -71,10 +71,14 @@ def md_cell(value):
     return (f"{value:.4g}" if isinstance(value, float) else str(value)).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(headers, rows):
-    """A GitHub markdown table ending in a newline: cells through md_cell, the first column left-aligned."""
+def markdown_table(headers, rows, align=None):
+    """A GitHub markdown table ending in a newline, cells through md_cell; align: 'l'/'r'/'c' per column (default:
+    first left, others right)."""
     headers = list(headers)
-    rule = "| " + " | ".join([":---"] + ["---:"] * (len(headers) - 1)) + " |"
+    align = align or "l" + "r" * (len(headers) - 1)
+    if len(align) != len(headers):
+        raise ValueError(f"align has {len(align)} letters for {len(headers)} columns")
+    rule = "| " + " | ".join({"l": ":---", "r": "---:", "c": ":---:"}[a] for a in align) + " |"
     lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", rule]
     for i, row in enumerate(rows):
         row = list(row)
@@ -569,7 +573,6 @@ TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync",
                 "aten::item", "aten::_local_scalar_dense")
 TABLE_TITLES = (("cpu", "Top CPU operations"), ("cuda", "Top CUDA operations"),
                 ("transfers", "Memory transfers and host waits"), ("memory", "CUDA memory summary"))
-TOP_ROWS = 15   # rows of the CPU and CUDA tables
 # The memory table: (row, key in stats()["cuda_memory"], torch.cuda.memory_stats key, GiB digits or None: a count).
 MEMORY_ROWS = (("Peak allocated", "peak_allocated_bytes", "allocated_bytes.all.peak", 3),
                ("Peak reserved", "peak_reserved_bytes", "reserved_bytes.all.peak", 3),
@@ -588,12 +591,13 @@ class TrainingProfiler:
     """
 
     def __init__(self, device="cpu", out_dir="runs/profile", *, log_dir=None, wait=1, warmup=1, active=3,
-                 enabled=True):
+                 enabled=True, row_limit=15, record_shapes=True, profile_memory=True, with_stack=False):
         if wait < 0 or warmup < 0 or active < 1:
             raise ValueError(f"need wait >= 0, warmup >= 0, active >= 1; got {wait}, {warmup}, {active}")
         self.out_dir = os.fspath(log_dir if log_dir is not None else out_dir)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        self.device, self.enabled = torch.device(device), bool(enabled)
+        self.device, self.enabled, self.row_limit = torch.device(device), bool(enabled), int(row_limit)
+        self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack)
         self.wait, self.warmup, self.active = int(wait), int(warmup), int(active)
         self.trace_path = os.path.join(self.out_dir, "trace.json")   # a TensorBoard name is set when written
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
@@ -608,7 +612,7 @@ class TrainingProfiler:
         self._prof = profile(
             activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else []),
             schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-            on_trace_ready=self._on_trace_ready, record_shapes=True, profile_memory=True, with_stack=False)
+            on_trace_ready=self._on_trace_ready, **self._options)
         self._prof.__enter__()
         return self
 
@@ -644,29 +648,28 @@ class TrainingProfiler:
 
     def profiled_steps(self):
         """Steps inside the recorded window (count of ProfilerStep#N events)."""
-        return sum(int(e.count) for e in self._averages or [] if not _on_device(e) and e.key.startswith("ProfilerStep"))
+        return sum(int(e.count) for e in self._rows()[0] if e.key.startswith("ProfilerStep"))
 
     def _rows(self):
         """(CPU rows, their self CPU µs, GPU activity rows, their self GPU µs) of the recorded window."""
-        cpu = [e for e in self._averages or [] if not _on_device(e)]
-        # labels and ProfilerStep#N also appear on the GPU timeline (they would count twice)
-        dev = [e for e in self._averages or [] if _on_device(e) and not getattr(e, "is_user_annotation", False)]
-        return cpu, sum(float(e.self_cpu_time_total) for e in cpu), dev, sum(_self_device_us(e) for e in dev)
+        cpu = [e for e in self._averages or [] if e.device_type.name == "CPU"]
+        # GPU-timeline events; labels and ProfilerStep#N appear there too (they would count twice)
+        dev = [e for e in self._averages or [] if e.device_type.name != "CPU"
+               and not getattr(e, "is_user_annotation", False)]
+        return cpu, sum(float(e.self_cpu_time_total) for e in cpu), dev, sum(e.self_device_time_total for e in dev)
 
     def stats(self):
-        """Numbers for the run record, in ms: profiled_steps, trace_path, cpu_self_ms_per_step,
-        step_wall_ms, gpu_kernel_ms_per_step and gpu_busy_share (None on CPU), top_cpu, top_cuda,
-        transfers (rows of the transfer table), cuda_memory."""
+        """The tables' numbers in ms: per-step totals, GPU busy share (None on CPU), top CPU / CUDA ops, transfers."""
         steps = self.profiled_steps()
         per = max(steps, 1)
         cpu, cpu_total, dev, dev_total = self._rows()
         wall = sum(float(e.cpu_time_total) for e in cpu if e.key.startswith("ProfilerStep"))
         top_cpu = [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "cpu_ms": e.cpu_time_total / 1000.0,
                     "share": e.self_cpu_time_total / cpu_total if cpu_total else None, "calls": int(e.count)}
-                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:TOP_ROWS]]
-        top_cuda = [{"name": e.key, "self_cuda_ms": _self_device_us(e) / 1000.0,
-                     "share": _self_device_us(e) / dev_total if dev_total else None, "calls": int(e.count)}
-                    for e in sorted(dev, key=lambda e: -_self_device_us(e))[:TOP_ROWS]]
+                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:self.row_limit]]
+        top_cuda = [{"name": e.key, "self_cuda_ms": e.self_device_time_total / 1000.0,
+                     "share": e.self_device_time_total / dev_total if dev_total else None, "calls": int(e.count)}
+                    for e in sorted(dev, key=lambda e: -e.self_device_time_total)[:self.row_limit]]
         by_key, transfers = {e.key: e for e in cpu}, []
         for name in TRANSFER_OPS:
             e = by_key.get(name)
@@ -678,8 +681,8 @@ class TrainingProfiler:
         if self.cuda:   # the GPU side of the copies: how long the copy engine really moved bytes
             transfers += [{"name": e.key + " (GPU)", "cpu_total_ms": None, "cpu_ms_per_step": None, "share": None,
                            "calls": int(e.count), "calls_per_step": int(e.count) / per,
-                           "device_ms_per_step": _self_device_us(e) / 1000.0 / per}
-                          for e in sorted(dev, key=lambda e: -_self_device_us(e))
+                           "device_ms_per_step": e.self_device_time_total / 1000.0 / per}
+                          for e in sorted(dev, key=lambda e: -e.self_device_time_total)
                           if e.key.startswith(("Memcpy", "Memset"))]
         return {
             "profiled_steps": steps, "trace_path": self.trace_path if self._trace_written else None,
@@ -691,8 +694,7 @@ class TrainingProfiler:
     # -- tables --------------------------------------------------------------------------------
 
     def tables(self):
-        """{"cpu", "cuda", "transfers", "memory"}: markdown, each starting with a '### ' title line; without
-        a recorded window each says so; on a CPU run "cuda" and "memory" say that they need a GPU."""
+        """{"cpu", "cuda", "transfers", "memory"}: markdown sections from a '### ' title (or why they are empty)."""
         if not self.enabled or self._averages is None:
             need = self.wait + self.warmup + self.active
             msg = (f"profiler recorded nothing: {self._steps} steps ran, the schedule needs more "
@@ -750,15 +752,6 @@ class TrainingProfiler:
 
     def print_tables(self, file=None):
         print(self.tables_markdown(), file=file or sys.stdout)
-
-
-def _self_device_us(evt):
-    return float(evt.self_device_time_total)
-
-
-def _on_device(evt):
-    """True for GPU-timeline events (kernels, memcpy, memset, and GPU copies of labels)."""
-    return evt.device_type.name != "CPU"
 
 
 def _short(name, width=80):
