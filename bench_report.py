@@ -1,5 +1,5 @@
-"""Results from run records (profile_utils.make_run_record's layout): per-run summaries, aggregation over
-repeats, markdown tables, verdicts, progress lines and plots. matplotlib is imported inside the plots only."""
+"""Results from run records (profile_utils.make_run_record's layout): per-run summaries, aggregation over repeats,
+markdown tables, targets, progress lines and plots (matplotlib imported inside the plots only)."""
 import datetime
 import os
 import platform
@@ -20,8 +20,7 @@ TARGETS = {
 # ---- One record -> one summary; repeats -> one row -----------------------------------------------
 
 def extra_of(record):
-    extra = record.get("extra")
-    return extra if isinstance(extra, dict) else {}
+    return record["extra"] if isinstance(record.get("extra"), dict) else {}
 
 
 def summarize_record(record):
@@ -46,10 +45,8 @@ def summarize_record(record):
 
 
 def aggregate(summaries):
-    """Combines the per-repeat summaries of one (workload, config): median_ms (of the runs' medians), min/max,
-    p10_ms / p90_ms (of every step pooled when the records carry them, else lowest p10 / highest p90; `spread`
-    says which), repeat_ms (run order), phase and data-share medians, worst peak memory, the median repeat's
-    diagnosis."""
+    """One (workload, config) over its repeats: the median of the runs' medians, min/max, p10/p90 of the pooled
+    steps (else lowest p10 / highest p90: `spread` says which), phase medians, worst peak memory and so on."""
     medians = [s["step_ms"] for s in summaries]
     if all(s["step_times"] for s in summaries):
         pooled = percentiles([t for s in summaries for t in s["step_times"]])
@@ -108,8 +105,7 @@ def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baselin
         problems = [r for r in mine if r["status"] in ("failed", "pending")]
         if ok:
             row.update(aggregate(ok))
-            row["status"] = "ok" if not problems else \
-                f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}"
+            row["status"] = f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}" if problems else "ok"
         else:
             errors = [r["error"] for r in mine if r["error"]]
             kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(mine[0]["status"] if mine else "",
@@ -141,15 +137,11 @@ def targets_lines(all_rows, quick):
     lines = ["## Targets (best configuration of each workload)", ""]
     if quick:
         return lines + ["- n/a: --quick shapes; the targets apply to the full blog and upstream workloads", ""]
-    for workload, rows in all_rows.items():
-        best = best_row(rows)
-        if workload not in TARGETS:
-            continue
-        if best is None:
-            lines.append(f"- {workload}: no successful run")
-            continue
-        lines += [f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, `{best['config']}`)"
-                  for what, target, measured, met in check_targets(workload, best)]
+    for workload in (w for w in all_rows if w in TARGETS):
+        best = best_row(all_rows[workload])
+        lines += ([f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, `{best['config']}`)"
+                   for what, target, measured, met in check_targets(workload, best)] if best
+                  else [f"- {workload}: no successful run"])
     return lines + [""]
 
 
@@ -175,8 +167,8 @@ ABLATION_COLUMNS = ("config", "flags", "ms/step median [p10–p90]", "repeat med
 
 
 def ablation_table(rows, batch_size):
-    """Markdown lines of one workload's rows_for(); configs without a timing become notes, then each config's
-    diagnosis. batch_size: datasets per step and rank."""
+    """Markdown lines of one workload's rows_for() (batch_size: datasets per step and rank); configs without a
+    timing become notes, then each config's diagnosis."""
     cells, notes, diagnoses = [], [], []
     for row in rows:
         flags = " ".join(row["flags"]) or "(none)"
@@ -229,9 +221,8 @@ def scaling_rows(runs, workload, gpus, batch_size):
 def scaling_table(wrows, unit):
     """Markdown lines of one workload's scaling rows; counts without a record become notes."""
     cells = [[row["gpus"], spread_cell(row["step_ms"]["median"], row["step_ms"]["p10"], row["step_ms"]["p90"]),
-              f"{format_ms(row['min_ms'])}–"
-              f"{format_ms(row['max_ms'])}", f"{row['datasets_per_s']:.1f}", f"{100 * row['efficiency']:.0f}%",
-              f"{100 * row['data_share']:.1f}%", fmt_bytes(row["peak_memory_bytes"])]
+              f"{format_ms(row['min_ms'])}–{format_ms(row['max_ms'])}", f"{row['datasets_per_s']:.1f}",
+              f"{100 * row['efficiency']:.0f}%", f"{100 * row['data_share']:.1f}%", fmt_bytes(row["peak_memory_bytes"])]
              for row in wrows if "step_ms" in row]
     notes = [f"- {row['gpus']} {unit}: {row['status']}" for row in wrows if row["status"] != "ok"]
     return table([unit, "ms/step median [p10–p90]", "repeat medians min–max", "datasets/s", "scaling efficiency",
@@ -310,10 +301,7 @@ def _cell_of(section, name_col, name, value_col):
 
 
 def _find(pattern):
-    def get(text):
-        match = re.search(pattern, text or "")
-        return match.group(1) if match else None
-    return get
+    return lambda text: (m := re.search(pattern, text or "")) and m.group(1)
 
 
 # (what, figure of a section) compared per table kind.
@@ -352,12 +340,9 @@ def profile_lines(base_tables, best_tables, best_name):
 # ---- Headers, files, progress --------------------------------------------------------------------
 
 def environment_of(records):
-    """The environment block (GPU name, versions) of the first record that has one."""
-    for record in records:
-        env = record.get("environment") or extra_of(record).get("environment")
-        if isinstance(env, dict) and env:
-            return env
-    return {}
+    """The environment block (GPU name, versions) of the first record that has one, else {}."""
+    envs = (record.get("environment") or extra_of(record).get("environment") for record in records)
+    return next((env for env in envs if isinstance(env, dict) and env), {})
 
 
 def device_name(env):
@@ -446,7 +431,7 @@ def save_plot(plot_fn, rows, path, title, **kwargs):
 
 
 def plot_ablation(out_dir, name, all_rows):
-    """Stacked phase bars and speedup bars per workload."""
+    """Stacked phase bars and speedup bars per workload; the paths written."""
     written = []
     for workload, rows in all_rows.items():
         bars = [{"config": r["config"], "phases": r["phases"],
@@ -590,8 +575,7 @@ def plot_scaling(rows, path, title="Multi-GPU scaling"):
             ax2.fill_between(g, [r["step_ms"]["p10"] for r in rs], [r["step_ms"]["p90"] for r in rs],
                              color=color, alpha=0.2, lw=0)
     for ax, ylabel in ((ax1, "datasets / s"), (ax2, "ms per step (median, p10–p90)")):
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel="GPUs", ylabel=ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
@@ -602,9 +586,8 @@ def plot_time_to_quality(ttq, path, title="ROC AUC against training time"):
     """The time-to-quality run's evaluations against training seconds, each baseline a horizontal line."""
     plt, fig, ax = _figure(ttq["history"], "plot_time_to_quality", figsize=(7, 4.5))
     ax.plot([h[1] for h in ttq["history"]], [h[2] for h in ttq["history"]], marker="o", label="nanoTabPFN")
-    for name, b in ttq["baselines"].items():
-        ax.axhline(b["roc_auc"], linestyle="--", linewidth=1, color=f"C{1 + list(ttq['baselines']).index(name)}",
-                   label=name)
+    for i, (name, b) in enumerate(ttq["baselines"].items()):
+        ax.axhline(b["roc_auc"], linestyle="--", linewidth=1, color=f"C{1 + i}", label=name)
     ax.set(xlabel="training seconds (evaluation not counted)", ylabel="mean ROC AUC")
     ax.legend(fontsize=8)
     return _save_png(plt, fig, ax, path, title)

@@ -1,7 +1,6 @@
-"""Measuring a training run: StepTimer (per-phase step times), diagnose (what bounds the step),
-TrainingProfiler (torch.profiler schedule, trace, four tables), the run record (environment_record,
-make_run_record), and the formatting every script shares (percentiles, format_ms, markdown_table).
-Imports neither the model nor the loaders; importing it has no side effects (no CUDA, no file I/O).
+"""Measuring a run: StepTimer (per-phase step times), diagnose (what bounds the step), TrainingProfiler
+(torch.profiler tables and trace), the JSON run record, and the formatting every script shares.
+Imports neither the model nor the loaders; importing it touches neither CUDA nor files.
 """
 import contextlib
 import datetime
@@ -31,11 +30,11 @@ GPU_BEHIND_SHARE = 0.5
 GPU_BUSY_SHARE = 0.8
 
 
-# ---- Formatting helpers (shared by every script) ---------------------------------------------------
+# ---- Formatting (shared by every script) -----------------------------------------------------------
 
 def percentiles(values):
-    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} of a sample; NaN entries are
-    left out (a phase on an unsampled step); every statistic is None when nothing is left."""
+    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"}; NaN entries (a phase on an unsampled
+    step) are left out; every statistic is None when nothing is left."""
     a = np.asarray(values, dtype=np.float64).ravel()
     a = a[~np.isnan(a)]
     n = int(a.size)
@@ -53,8 +52,7 @@ def format_duration(seconds):
 
 
 def format_ms(x):
-    """Milliseconds with three significant digits: "180 ms", "41.2 ms", "3.14 ms", "78.0 µs"; "n/a" for
-    None or NaN."""
+    """Milliseconds to three significant digits ("180 ms", "41.2 ms", "3.14 ms", "78.0 µs"); "n/a" for None/NaN."""
     if x is None or math.isnan(float(x)):
         return "n/a"
     x = float(x)
@@ -74,14 +72,14 @@ def md_cell(value):
 
 
 def markdown_table(headers, rows, align=None):
-    """A GitHub markdown table (one string ending in a newline). None cells print '—', floats 4
-    significant digits; align: one of 'l'/'r'/'c' per column (default: first left, others right)."""
+    """A GitHub markdown table ending in a newline, cells through md_cell; align: 'l'/'r'/'c' per column (default:
+    first left, others right)."""
     headers = list(headers)
     align = align or "l" + "r" * (len(headers) - 1)
     if len(align) != len(headers):
         raise ValueError(f"align has {len(align)} letters for {len(headers)} columns")
-    rule = {"l": ":---", "r": "---:", "c": ":---:"}
-    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", "| " + " | ".join(rule[a] for a in align) + " |"]
+    rule = "| " + " | ".join({"l": ":---", "r": "---:", "c": ":---:"}[a] for a in align) + " |"
+    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", rule]
     for i, row in enumerate(rows):
         row = list(row)
         if len(row) != len(headers):
@@ -112,15 +110,13 @@ class _Phase:
         t._open_phase = self.name
         # CUDA: no event here; on the GPU clock a phase starts at the previous boundary.
         t._phase_t0 = time.perf_counter()
-        return None
 
     def __exit__(self, exc_type, exc, tb):
         t = self.timer
         t._cur_host[self.index] += (time.perf_counter() - t._phase_t0) * 1000.0
         if t._sampled:
-            # Had the GPU reached this phase's start when the host finished issuing the phase?
-            # If not, it had earlier work queued and was not waiting for this phase's launches.
-            # (cudaEventQuery: never blocks.)
+            # Had the GPU reached this phase's start when the host finished issuing the phase? If not, it had
+            # earlier work queued and was not waiting for this phase's launches (cudaEventQuery: never blocks).
             if not t._query(t._cur_events[-1]):
                 t._cur_behind[self.index] = True
             ev = t._event()
@@ -132,35 +128,22 @@ class _Phase:
 
 
 class StepTimer:
-    """Splits every training step into phases and keeps per-step times as floats.
+    """Per-phase step times: start_step(); `with timer.phase("data"): ...`; end_step(); summary() at the end.
 
-    Usage: start_step(); `with timer.phase("data"): ...` per phase; end_step(); summary() at the end.
-    A phase may repeat within a step (its times add up); phases do not nest; time inside the step but
-    outside every phase is "other"; the clock pauses between end_step() and start_step(). On CUDA each
-    phase boundary is a CUDA event (no sync on the fast path; flush() at log intervals resolves them),
-    on CPU perf_counter; perf_counter is also kept as the host view (host_step, host_phases).
-
-    Args:
-        device: CUDA events are used when its type is "cuda".
-        warmup_steps: the first steps, excluded from the statistics and reported apart.
-        phases: names of the phases ("other" is reserved).
-        compute_phases: the phases that issue GPU compute, for diagnose()'s launch-bound test
-            (default: forward, backward, optimizer, those present).
-        enabled: False makes every method a no-op.
-        max_pending: CUDA: unresolved steps before the timer waits for the oldest.
-        phase_every: CUDA: record phase events on every k-th step only (cuts host cost on
-            launch-bound loops; the step's own start/end events are recorded every step).
+    A phase may repeat in a step (times add up) but not nest; step time outside every phase is "other"; the clock
+    pauses between end_step() and start_step(). CUDA: a CUDA event at each phase boundary, resolved lazily (no
+    sync on the fast path); CPU: perf_counter, also kept as the host view. warmup_steps are reported apart;
+    compute_phases feed diagnose's launch-bound test; CUDA only: max_pending unresolved steps before waiting for
+    the oldest, phase_every=k records phase events on every k-th step only (step start/end events always).
     """
 
     def __init__(self, device="cpu", warmup_steps=0, phases=DEFAULT_PHASES, *, compute_phases=None,
                  enabled=True, max_pending=64, phase_every=1):
-        self.device = torch.device(device)
-        self.enabled = bool(enabled)
+        self.device, self.enabled = torch.device(device), bool(enabled)
         self.warmup_steps, self.phases, self.phase_every = int(warmup_steps), tuple(phases), int(phase_every)
         if compute_phases is None:
             compute_phases = [p for p in DEFAULT_COMPUTE_PHASES if p in self.phases]
-        self.compute_phases = tuple(compute_phases)
-        self.max_pending = max(1, int(max_pending))
+        self.compute_phases, self.max_pending = tuple(compute_phases), max(1, int(max_pending))
         if not self.phases or len(set(self.phases)) != len(self.phases) or "other" in self.phases:
             raise ValueError(f"phases must be distinct non-empty names other than 'other', got {self.phases}")
         if any(p not in self.phases for p in self.compute_phases):
@@ -172,46 +155,37 @@ class StepTimer:
         self._record = self._query = self._elapsed = None   # bound at the first CUDA step
         self._contexts = {name: _Phase(self, i, name) for i, name in enumerate(self.phases)}
         n = len(self.phases)
-        # Measured steps: per-phase and per-step times in ms (float64 arrays, no Python objects).
-        self._phase_ms = [array("d") for _ in range(n)]        # clock of record (events on CUDA)
-        self._host_phase_ms = [array("d") for _ in range(n)]   # perf_counter
-        self._step_ms, self._host_step_ms, self._warm_step_ms, self._warm_host_step_ms = (
-            array("d"), array("d"), array("d"), array("d"))
+        # Measured steps in ms as float64 arrays (no Python objects): the clock of record (events on CUDA), the host.
+        self._phase_ms, self._host_phase_ms = [array("d") for _ in range(n)], [array("d") for _ in range(n)]
+        self._step_ms, self._host_step_ms, self._warm_step_ms, self._warm_host_step_ms = (array("d") for _ in range(4))
         self._steps_started = 0      # steps ended (measured + warm-up), fixes the warm-up split
         self._discarded = self._syncs = 0
-        self._gpu_behind = 0   # measured steps the GPU had not started when the host ended them
-        self._phase_behind = [0] * n   # measured steps where the GPU had not reached the phase's
-        self._cur_behind = [False] * n  # start when the host left the phase (CUDA only)
-        self._sampled = False          # CUDA: this step records phase events (phase_every)
-        self._sampled_steps = 0        # measured steps with phase events
+        # CUDA: measured steps the GPU had not started when the host ended them; per phase, measured steps where
+        # the GPU had not reached the phase's start when the host left it (and the open step's flags).
+        self._gpu_behind, self._phase_behind, self._cur_behind = 0, [0] * n, [False] * n
+        self._sampled, self._sampled_steps = False, 0   # CUDA: this step records phase events; measured ones that did
         self._in_step, self._open_phase = False, None
         self._phase_t0 = self._step_t0 = 0.0
         self._cur_host = [0.0] * n
-        # CUDA state: event pool, events of the open step, unresolved steps (FIFO).
-        self._pool = []
-        self._stream = self._raw_stream = self._cur_start = None
-        self._cur_events = []      # boundaries of the open step: [start, end of 1st phase, ...]
-        self._cur_event_phase = []
-        self._pending = deque()
+        # CUDA: event pool, the open step's boundaries [start, end of 1st phase, ...], unresolved steps (FIFO).
+        self._pool, self._stream, self._raw_stream, self._cur_start = [], None, None, None
+        self._cur_events, self._cur_event_phase, self._pending = [], [], deque()
 
     # -- hot path ------------------------------------------------------------------------------
 
     def _event(self):
         return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
 
-    def _bind_event_methods(self):
-        # The C methods of the event base class, without torch.cuda.Event's Python wrappers
-        # (~0.5 µs a call, about 10 calls a step); the public methods where it is missing.
-        base, public = getattr(torch._C, "_CudaEventBase", None), torch.cuda.Event
-        self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(public, name)
-                                                    for name in ("record", "query", "elapsed_time"))
-
     def _refresh_stream(self):
-        # torch.cuda.current_stream() costs ~5 µs; the raw handle ~0.3 µs, so build the Stream
-        # object only when the current stream changed (private API, hence the fallback).
         if self._device_index is None:
             self._device_index = (self.device.index if self.device.index is not None else torch.cuda.current_device())
-            self._bind_event_methods()
+            # The C methods of the event base class, without torch.cuda.Event's Python wrappers (~0.5 µs a call,
+            # about 10 calls a step); the public methods where it is missing.
+            base = getattr(torch._C, "_CudaEventBase", None)
+            self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(torch.cuda.Event, name)
+                                                        for name in ("record", "query", "elapsed_time"))
+        # torch.cuda.current_stream() costs ~5 µs; the raw handle ~0.3 µs, so build the Stream object only when
+        # the current stream changed (private API, hence the fallback).
         raw_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         raw = raw_fn(self._device_index) if raw_fn is not None else None
         if raw is None or raw != self._raw_stream or self._stream is None:
@@ -324,9 +298,8 @@ class StepTimer:
             self._cur_start, self._cur_events, self._cur_event_phase = None, [], []
 
     def flush(self):
-        """Resolves every finished step. On CUDA this waits once for the last recorded event
-        unless the GPU is already past it (one ``cudaEventSynchronize``: a sync point, so call it
-        at log intervals, not every step). A no-op on CPU and when disabled."""
+        """Resolves every finished step: on CUDA one cudaEventSynchronize on the last recorded event unless the GPU
+        is already past it (a sync point: call it at log intervals, not every step). A no-op on CPU or disabled."""
         if not self._cuda or not self._pending:
             return
         last = self._pending[-1][2]
@@ -340,41 +313,31 @@ class StepTimer:
 
     # -- results -------------------------------------------------------------------------------
 
-    @property
-    def measured_steps(self):
-        """Resolved steps after the warm-up."""
-        return len(self._step_ms)
-
     def step_times_ms(self):
         """Every measured (post-warm-up) step time in ms, in order (resolves pending CUDA events)."""
         self.flush()
         return list(self._step_ms)
 
     def summary(self):
-        """Statistics of the measured steps in ms (flushes first: a sync on CUDA).
-
-        Returns a dict: device, clock ("cuda-events" | "perf_counter" | "disabled"), enabled,
-        warmup_steps, measured_steps, discarded_steps, syncs; phases / host_phases {name: stats}
-        with "other" (step minus phases); step, host_step, warmup, warmup_host (stats); data_share and
-        phase_shares (median phase / median step); compute_phases, gpu_compute_ms / host_compute_ms
-        (stats of the per-step compute sum); CUDA only, else None: launch_ratio (host / GPU compute
-        medians), phase_launch_ratios, gpu_behind_share, phase_gpu_behind. stats = percentiles().
-        """
+        """percentiles() of the measured steps in ms per phase ("other": step minus phases), per step and of the
+        compute sum, on both clocks, with shares of the median step and (CUDA only) launch ratios and how often the
+        GPU was behind. Flushes first: a sync on CUDA."""
         self.flush()
         n = len(self._step_ms)
-        step, host_step = _floats(self._step_ms), _floats(self._host_step_ms)
-        phase_arrays = [_floats(a) for a in self._phase_ms]
-        host_arrays = [_floats(a) for a in self._host_phase_ms]
-        phases, host_phases = ({name: percentiles(a) for name, a in zip(self.phases, arrays)}
-                               for arrays in (phase_arrays, host_arrays))
-        phases["other"] = percentiles(np.maximum(step - np.sum(phase_arrays, axis=0), 0.0) if n else [])
-        host_phases["other"] = percentiles(np.maximum(host_step - np.sum(host_arrays, axis=0), 0.0) if n else [])
-        step_stats = percentiles(step)
+        ci = [self.phases.index(p) for p in self.compute_phases]
+
+        def stats(step_buffer, phase_buffers):
+            # ({phase: stats, "other": stats}, stats of the compute sum) of one clock
+            step, arrays = _floats(step_buffer), [_floats(a) for a in phase_buffers]
+            by_name = {name: percentiles(a) for name, a in zip(self.phases, arrays)}
+            by_name["other"] = percentiles(np.maximum(step - np.sum(arrays, axis=0), 0.0) if n else [])
+            return by_name, percentiles(np.sum([arrays[i] for i in ci], axis=0) if n and ci else [])
+
+        phases, gpu_compute = stats(self._step_ms, self._phase_ms)
+        host_phases, host_compute = stats(self._host_step_ms, self._host_phase_ms)
+        step_stats = percentiles(_floats(self._step_ms))
         med = step_stats["median"]
         shares = {name: (s["median"] / med if med else None) for name, s in phases.items()}
-        ci = [self.phases.index(p) for p in self.compute_phases]
-        gpu_compute = percentiles(np.sum([phase_arrays[i] for i in ci], axis=0) if n and ci else [])
-        host_compute = percentiles(np.sum([host_arrays[i] for i in ci], axis=0) if n and ci else [])
         cuda = self._cuda and n
         return {
             "device": str(self.device),
@@ -382,9 +345,8 @@ class StepTimer:
             "enabled": self.enabled, "warmup_steps": self.warmup_steps, "measured_steps": n,
             "discarded_steps": self._discarded, "syncs": self._syncs,
             "phases": phases, "host_phases": host_phases, "step": step_stats,
-            "host_step": percentiles(host_step), "warmup": percentiles(self._warm_step_ms),
-            "warmup_host": percentiles(self._warm_host_step_ms),
-            "data_share": shares.get("data") if "data" in self.phases else None,
+            "host_step": percentiles(_floats(self._host_step_ms)), "warmup": percentiles(self._warm_step_ms),
+            "warmup_host": percentiles(self._warm_host_step_ms), "data_share": shares.get("data"),
             "phase_shares": shares, "compute_phases": list(self.compute_phases),
             "gpu_compute_ms": gpu_compute, "host_compute_ms": host_compute,
             "launch_ratio": (host_compute["median"] / gpu_compute["median"]
@@ -396,9 +358,8 @@ class StepTimer:
                                      if self._sampled_steps else None) for p in self.compute_phases} if cuda else None}
 
     def recent(self, last=50):
-        """Medians over the latest `last` measured steps for the log line: {"n", "warmup", "step_ms",
-        "data_ms", "phases"} (NaN where nothing was measured; during the warm-up only step_ms). Flushes:
-        one sync on CUDA, so call it at the log interval."""
+        """Medians over the latest `last` measured steps for the log line: {"n", "warmup", "step_ms", "data_ms",
+        "phases"} (NaN where nothing was measured; in the warm-up only step_ms). Flushes: a sync on CUDA."""
         self.flush()
         last, nan = max(1, int(last)), float("nan")
         warm = not len(self._step_ms)
@@ -468,20 +429,9 @@ def _pct(x):
 
 
 def diagnose(summary):
-    """One line saying what bounds the step, with the numbers behind the verdict.
-
-    Rules in order: "input-bound" when the data wait is > 5% of the step; "CPU-bound" on a CPU run;
-    on CUDA, the profiler's gpu_busy_share when present (< 80%: "launch/host-bound"); "GPU-bound"
-    when the GPU had not started half the steps when the host finished issuing them; else per
-    compute phase holding >= 10% of the GPU compute time: "launch/host-bound" when every such phase
-    is host-paced (host/GPU >= 0.8 and the GPU was not behind), else "GPU-bound" (falls back to the
-    compute total's launch_ratio without per-phase host times).
-
-    Args:
-        summary: StepTimer.summary(), optionally with "gpu_busy_share" added.
-    Returns:
-        e.g. "input-bound: data wait 41.2 ms = 23% of the 180 ms step (> 5%)".
-    """
+    """One line naming what bounds the step, with its numbers ("input-bound: data wait 41.2 ms = 23% of the 180 ms
+    step (> 5%)"), from StepTimer.summary(), optionally with the profiler's "gpu_busy_share". Rules in order: data
+    share, CPU run, profiler busy share, GPU behind, then host/GPU time per compute phase (else of their total)."""
     step = (summary.get("step") or {}).get("median")
     if not step:
         return "no verdict: no measured steps (all steps were warm-up, or the timer was disabled)"
@@ -495,8 +445,7 @@ def diagnose(summary):
                 if share is not None else f"no data phase timed; step {format_ms(step)}")
     if share is not None and share > INPUT_BOUND_SHARE:
         return f"input-bound: {data_txt} (> {_pct(INPUT_BOUND_SHARE)})"
-    device = str(summary.get("device", "cpu"))
-    if not device.startswith("cuda"):
+    if not str(summary.get("device", "cpu")).startswith("cuda"):
         return f"CPU-bound: {data_txt}; no GPU in this run"
     busy = summary.get("gpu_busy_share")
     if busy is not None:
@@ -512,9 +461,23 @@ def diagnose(summary):
     gpu_c = (summary.get("gpu_compute_ms") or {}).get("median")
     issued = (f"the host issued {'+'.join(compute) or 'compute'} in {format_ms(host_c)}, the GPU ran it in "
               f"{format_ms(gpu_c)}")
-    per_phase = _per_phase_verdict(summary, compute, phases, host_phases, f"{issued} (host/GPU per phase: ", data_txt)
-    if per_phase:
-        return per_phase
+    # The per-phase rule, where the summary has host and GPU times per compute phase.
+    per_phase = [(p, (host_phases.get(p) or {}).get("median"), (phases.get(p) or {}).get("median")) for p in compute]
+    per_phase = [(p, h, g) for p, h, g in per_phase if g is not None and h is not None]
+    total_g = sum(g for _, _, g in per_phase)
+    if per_phase and total_g > 0:
+        phase_behind = summary.get("phase_gpu_behind") or {}
+        big = [(p, h, g) for p, h, g in per_phase if g >= 0.1 * total_g]
+        for p, h, g in sorted(big, key=lambda x: x[1] / x[2]):
+            pb = phase_behind.get(p) or 0.0
+            if h < LAUNCH_BOUND_RATIO * g or pb >= GPU_BEHIND_SHARE:
+                why = (f"the GPU ran {p} in {format_ms(g)} after {format_ms(h)} of host issue "
+                       f"(host/GPU {h / g:.2f} < {LAUNCH_BOUND_RATIO})" if h < LAUNCH_BOUND_RATIO * g
+                       else f"in {_pct(pb)} of steps the GPU had not reached {p} when the host left it")
+                return f"GPU-bound: {why}; {data_txt}"
+        ratios = ", ".join(f"{p} {h / g:.2f}" for p, h, g in big)
+        return (f"launch/host-bound: {issued} (host/GPU per phase: {ratios}; >= {LAUNCH_BOUND_RATIO}, so the GPU "
+                f"waits on the host); {data_txt}")
     ratio = summary.get("launch_ratio")
     if ratio is None or host_c is None or gpu_c is None:
         return f"GPU-bound: {data_txt}; no host/GPU compute split measured"
@@ -524,39 +487,12 @@ def diagnose(summary):
     return f"GPU-bound: {issued} (host/GPU {ratio:.2f} < {LAUNCH_BOUND_RATIO}); {data_txt}"
 
 
-def _per_phase_verdict(summary, compute, phases, host_phases, issued, data_txt):
-    """The per-phase rule of diagnose(), or None when the summary lacks per-phase host/GPU times."""
-    per_phase = []
-    for p in compute:
-        g = (phases.get(p) or {}).get("median")
-        h = (host_phases.get(p) or {}).get("median")
-        if g is not None and h is not None:
-            per_phase.append((p, h, g))
-    total_g = sum(g for _, _, g in per_phase)
-    if not per_phase or total_g <= 0:
-        return None
-    phase_behind = summary.get("phase_gpu_behind") or {}
-    big = [(p, h, g) for p, h, g in per_phase if g >= 0.1 * total_g]
-    for p, h, g in sorted(big, key=lambda x: x[1] / x[2]):
-        pb = phase_behind.get(p) or 0.0
-        if h < LAUNCH_BOUND_RATIO * g or pb >= GPU_BEHIND_SHARE:
-            why = (f"the GPU ran {p} in {format_ms(g)} after {format_ms(h)} of host issue "
-                   f"(host/GPU {h / g:.2f} < {LAUNCH_BOUND_RATIO})" if h < LAUNCH_BOUND_RATIO * g
-                   else f"in {_pct(pb)} of steps the GPU had not reached {p} when the host left it")
-            return f"GPU-bound: {why}; {data_txt}"
-    ratios = ", ".join(f"{p} {h / g:.2f}" for p, h, g in big)
-    return f"launch/host-bound: {issued}{ratios}; >= {LAUNCH_BOUND_RATIO}, so the GPU waits on the host); {data_txt}"
-
-
 # ---- Run records -----------------------------------------------------------------------------------
 
-REPO = os.path.dirname(os.path.abspath(__file__))
-
-
-def _run(cmd, cwd=None, timeout=10):
+def _run(cmd, cwd=None):
     """stdout of a command, None when it fails or is missing."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
         return r.stdout.strip() if r.returncode == 0 else None
     return None
 
@@ -567,8 +503,9 @@ def git_state():
     named = os.environ.get("NANOTABPFN_GIT_COMMIT")
     if named:
         return {"git_commit": named, "git_dirty": None, "git_untracked": None}
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=REPO)
-    status = _run(["git", "status", "--porcelain"], cwd=REPO) if commit else None
+    repo = os.path.dirname(os.path.abspath(__file__))
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    status = _run(["git", "status", "--porcelain"], cwd=repo) if commit else None
     lines = [ln for ln in (status or "").splitlines() if ln.strip()]
     return {"git_commit": commit, "git_dirty": None if status is None else any(not ln.startswith("??") for ln in lines),
             "git_untracked": None if status is None else sum(ln.startswith("??") for ln in lines)}
@@ -580,16 +517,14 @@ def git_commit():
     return state["git_commit"] + ("+dirty" if state["git_dirty"] else "") if state["git_commit"] else "unknown"
 
 
-def _package_version(dists, module):
-    """Version of an optional package without importing it when its metadata is installed."""
+def _kvikio_version():
+    """From the installed metadata, without importing kvikio (which loads its CUDA libraries) unless it has none."""
     from importlib import metadata
-    for dist in dists:
-        try:
+    for dist in ("kvikio-cu13", "kvikio-cu12", "kvikio"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    try:   # a fallback only: importing kvikio loads its CUDA libraries
-        return getattr(__import__(module), "__version__", "unknown")
+    try:
+        return getattr(__import__("kvikio"), "__version__", "unknown")
     except Exception:
         return None
 
@@ -603,7 +538,7 @@ def environment_record(device="cpu"):
         "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "kvikio": _package_version(("kvikio-cu13", "kvikio-cu12", "kvikio"), "kvikio"), "device": str(device),
+        "kvikio": _kvikio_version(), "device": str(device),
         "gpu_name": None, "gpu_count": torch.cuda.device_count() if cuda else 0, "gpu_memory_gib": None,
         "gpu_capability": None, "driver": None, "cpu_count": os.cpu_count(),
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
@@ -617,14 +552,9 @@ def environment_record(device="cpu"):
 
 
 def make_run_record(config, flags, timer_summary=None, extra=None, *, environment=None):
-    """One JSON-ready record per run: {"schema_version", "created_utc", "argv", "config", "flags",
-    "environment", "timing", "diagnosis", "extra"} (results tables are generated from these).
-
-    Args:
-        config: the resolved configuration (dict or dataclass); flags: the command-line flags (dict).
-        timer_summary: StepTimer.summary() or None; extra: anything else (final loss, loader, ...).
-        environment: environment_record() output; computed for the summary's device when None.
-    """
+    """One JSON-ready record per run (results tables are generated from these): the resolved config (dict or
+    dataclass), the command-line flags, environment_record() (of the summary's device when None), the
+    StepTimer summary and its diagnosis, and extra (final loss, loader, ...)."""
     if environment is None:
         environment = environment_record((timer_summary or {}).get("device", "cpu"))
     return to_jsonable({
@@ -636,11 +566,6 @@ def make_run_record(config, flags, timer_summary=None, extra=None, *, environmen
 
 # ---- TrainingProfiler ------------------------------------------------------------------------------
 
-def label(name, enabled=True):
-    """torch.profiler.record_function(name) when enabled, else a no-op context (the hot loop pays nothing)."""
-    return torch.profiler.record_function(name) if enabled else contextlib.nullcontext()
-
-
 # Host-side rows of the transfer table: the copies are where data moves; the synchronize calls (and
 # .item()'s _local_scalar_dense) are where the host waits for queued GPU work.
 TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync",
@@ -648,49 +573,21 @@ TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync",
                 "aten::item", "aten::_local_scalar_dense")
 TABLE_TITLES = (("cpu", "Top CPU operations"), ("cuda", "Top CUDA operations"),
                 ("transfers", "Memory transfers and host waits"), ("memory", "CUDA memory summary"))
-
-
-def _self_device_us(evt):
-    value = getattr(evt, "self_device_time_total", None)   # torch 2.x renamed cuda_* to device_*
-    return float(value if value is not None else getattr(evt, "self_cuda_time_total", 0) or 0)
-
-
-def _on_device(evt):
-    """True for GPU-timeline events (kernels, memcpy, memset, and GPU copies of labels)."""
-    dt = getattr(evt, "device_type", None)
-    return dt is not None and getattr(dt, "name", str(dt)) != "CPU"
-
-
-def _is_device_activity(evt):
-    """GPU work itself: labels and ProfilerStep#N also appear on the GPU timeline (they would count twice)."""
-    return _on_device(evt) and not getattr(evt, "is_user_annotation", False)
-
-
-def _short(name, width=80):
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
-def tensorboard_trace_name():
-    """The file name torch.profiler.tensorboard_trace_handler gives a trace (TensorBoard's profiler
-    plugin and Perfetto both open `<log_dir>/*.pt.trace.json`)."""
-    return f"{socket.gethostname()}_{os.getpid()}.{time.time_ns() // 1_000_000}.pt.trace.json"
-
+# The memory table: (row, key in stats()["cuda_memory"], torch.cuda.memory_stats key, GiB digits or None: a count).
+MEMORY_ROWS = (("Peak allocated", "peak_allocated_bytes", "allocated_bytes.all.peak", 3),
+               ("Peak reserved", "peak_reserved_bytes", "reserved_bytes.all.peak", 3),
+               ("Currently allocated", "current_allocated_bytes", "allocated_bytes.all.current", 3),
+               ("Total allocated (cumulative)", "total_allocated_bytes", "allocated_bytes.all.allocated", 2),
+               ("cudaMalloc calls (segments)", "cudamalloc_calls", "segment.all.allocated", None),
+               ("cudaMalloc retries", "cudamalloc_retries", "num_alloc_retries", None),
+               ("OOMs", "ooms", "num_ooms", None))
 
 class TrainingProfiler:
     """torch.profiler around a training loop: a wait/warmup/active schedule, a trace, four tables.
 
-    Usage: `with TrainingProfiler(device, out_dir) as prof:` ... `with prof.label("## data ##"):` ...
-    `prof.step()` after each step; then prof.print_tables() / tables_markdown() / stats().
-
-    Args:
-        device: CUDA activity is recorded when it is a CUDA device.
-        out_dir: folder of the trace `trace.json` (created when profiling starts).
-        log_dir: a TensorBoard log dir; when given the trace goes there as `<host>_<pid>.<ms>.pt.trace.json`
-            (tensorboard_trace_handler's name) instead of out_dir/trace.json.
-        wait, warmup, active: the schedule in steps (repeat=1).
-        enabled: False makes it a no-op.
-        row_limit: rows in the CPU and CUDA tables.
-        record_shapes, profile_memory, with_stack: passed to torch.profiler.profile.
+    `with TrainingProfiler(device, out_dir) as prof:`, `with prof.label("## data ##"): ...`, `prof.step()` after
+    each step. The trace goes to out_dir/trace.json or, with a TensorBoard log_dir, to
+    `<log_dir>/<host>_<pid>.<ms>.pt.trace.json` (tensorboard_trace_handler's name, opened by Perfetto too).
     """
 
     def __init__(self, device="cpu", out_dir="runs/profile", *, log_dir=None, wait=1, warmup=1, active=3,
@@ -700,8 +597,8 @@ class TrainingProfiler:
         self.out_dir = os.fspath(log_dir if log_dir is not None else out_dir)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
         self.device, self.enabled, self.row_limit = torch.device(device), bool(enabled), int(row_limit)
+        self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack)
         self.wait, self.warmup, self.active = int(wait), int(warmup), int(active)
-        self.record_shapes, self.profile_memory, self.with_stack = record_shapes, profile_memory, with_stack
         self.trace_path = os.path.join(self.out_dir, "trace.json")   # a TensorBoard name is set when written
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
         self._prof, self._steps, self._trace_written, self._memory = None, 0, False, None
@@ -712,11 +609,10 @@ class TrainingProfiler:
             return self
         from torch.profiler import ProfilerActivity, profile, schedule
         os.makedirs(self.out_dir, exist_ok=True)
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         self._prof = profile(
-            activities=activities, schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-            on_trace_ready=self._on_trace_ready, record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory, with_stack=self.with_stack)
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else []),
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            on_trace_ready=self._on_trace_ready, **self._options)
         self._prof.__enter__()
         return self
 
@@ -730,94 +626,75 @@ class TrainingProfiler:
         if self._prof is not None:
             self._prof.__exit__(exc_type, exc, tb)   # closes an open active window: trace ready
             if self.cuda:
-                self._memory = self._cuda_memory()
+                s = torch.cuda.memory_stats(self.device)
+                self._memory = {key: s.get(stats_key, 0) for _, key, stats_key, _ in MEMORY_ROWS}
         return False
 
     def label(self, name):
-        """record_function(name) while this profiler is enabled, else a no-op context."""
-        return label(name, self.enabled)
+        """record_function(name) while this profiler is enabled, else a no-op context (the hot loop pays nothing)."""
+        return torch.profiler.record_function(name) if self.enabled else contextlib.nullcontext()
 
     def _on_trace_ready(self, prof):
         # Called by torch when the active window closes (or at exit inside it).
         self._averages = list(prof.key_averages())
         if self.log_dir is not None:
-            self.trace_path = os.path.join(self.log_dir, tensorboard_trace_name())
+            name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns() // 1_000_000}.pt.trace.json"
+            self.trace_path = os.path.join(self.log_dir, name)
         with atomic_output(self.trace_path, "profiler trace") as tmp:
             prof.export_chrome_trace(tmp)
         self._trace_written = True
 
-    def _cuda_memory(self):
-        s = torch.cuda.memory_stats(self.device)
-        keys = {"peak_allocated_bytes": "allocated_bytes.all.peak", "peak_reserved_bytes": "reserved_bytes.all.peak",
-                "current_allocated_bytes": "allocated_bytes.all.current",
-                "total_allocated_bytes": "allocated_bytes.all.allocated", "cudamalloc_calls": "segment.all.allocated",
-                "cudamalloc_retries": "num_alloc_retries", "ooms": "num_ooms"}
-        return {name: s.get(key, 0) for name, key in keys.items()}
-
     # -- numbers -------------------------------------------------------------------------------
-
-    def _events(self):
-        return self._averages or []
 
     def profiled_steps(self):
         """Steps inside the recorded window (count of ProfilerStep#N events)."""
-        return sum(int(e.count) for e in self._events() if not _on_device(e) and e.key.startswith("ProfilerStep"))
+        return sum(int(e.count) for e in self._rows()[0] if e.key.startswith("ProfilerStep"))
 
-    def _cpu_rows(self):
-        rows = [e for e in self._events() if not _on_device(e)]
-        return rows, sum(float(e.self_cpu_time_total) for e in rows)
-
-    def _device_rows(self):
-        rows = [e for e in self._events() if _is_device_activity(e)]
-        return rows, sum(_self_device_us(e) for e in rows)
+    def _rows(self):
+        """(CPU rows, their self CPU µs, GPU activity rows, their self GPU µs) of the recorded window."""
+        cpu = [e for e in self._averages or [] if e.device_type.name == "CPU"]
+        # GPU-timeline events; labels and ProfilerStep#N appear there too (they would count twice)
+        dev = [e for e in self._averages or [] if e.device_type.name != "CPU"
+               and not getattr(e, "is_user_annotation", False)]
+        return cpu, sum(float(e.self_cpu_time_total) for e in cpu), dev, sum(e.self_device_time_total for e in dev)
 
     def stats(self):
-        """Numbers for the run record, in ms: profiled_steps, trace_path, cpu_self_ms_per_step,
-        step_wall_ms, gpu_kernel_ms_per_step and gpu_busy_share (None on CPU), top_cpu, top_cuda,
-        transfers (rows of the transfer table), cuda_memory."""
+        """The tables' numbers in ms: per-step totals, GPU busy share (None on CPU), top CPU / CUDA ops, transfers."""
         steps = self.profiled_steps()
         per = max(steps, 1)
-        cpu, cpu_total = self._cpu_rows()
-        dev, dev_total = self._device_rows()
+        cpu, cpu_total, dev, dev_total = self._rows()
         wall = sum(float(e.cpu_time_total) for e in cpu if e.key.startswith("ProfilerStep"))
         top_cpu = [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "cpu_ms": e.cpu_time_total / 1000.0,
                     "share": e.self_cpu_time_total / cpu_total if cpu_total else None, "calls": int(e.count)}
-                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[: self.row_limit]]
-        top_cuda = [{"name": e.key, "self_cuda_ms": _self_device_us(e) / 1000.0,
-                     "share": _self_device_us(e) / dev_total if dev_total else None, "calls": int(e.count)}
-                    for e in sorted(dev, key=lambda e: -_self_device_us(e))[: self.row_limit]]
+                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:self.row_limit]]
+        top_cuda = [{"name": e.key, "self_cuda_ms": e.self_device_time_total / 1000.0,
+                     "share": e.self_device_time_total / dev_total if dev_total else None, "calls": int(e.count)}
+                    for e in sorted(dev, key=lambda e: -e.self_device_time_total)[:self.row_limit]]
+        by_key, transfers = {e.key: e for e in cpu}, []
+        for name in TRANSFER_OPS:
+            e = by_key.get(name)
+            total = float(e.cpu_time_total) / 1000.0 if e is not None else 0.0
+            calls = int(e.count) if e is not None else 0
+            transfers.append({"name": name, "cpu_total_ms": total, "cpu_ms_per_step": total / per,
+                              "share": (total * 1000.0 / cpu_total) if cpu_total else None,
+                              "calls": calls, "calls_per_step": calls / per, "device_ms_per_step": None})
+        if self.cuda:   # the GPU side of the copies: how long the copy engine really moved bytes
+            transfers += [{"name": e.key + " (GPU)", "cpu_total_ms": None, "cpu_ms_per_step": None, "share": None,
+                           "calls": int(e.count), "calls_per_step": int(e.count) / per,
+                           "device_ms_per_step": e.self_device_time_total / 1000.0 / per}
+                          for e in sorted(dev, key=lambda e: -e.self_device_time_total)
+                          if e.key.startswith(("Memcpy", "Memset"))]
         return {
             "profiled_steps": steps, "trace_path": self.trace_path if self._trace_written else None,
             "cpu_self_ms_per_step": cpu_total / 1000.0 / per, "step_wall_ms": wall / 1000.0 / per if steps else None,
             "gpu_kernel_ms_per_step": dev_total / 1000.0 / per if self.cuda else None,
             "gpu_busy_share": min(dev_total / wall, 1.0) if self.cuda and wall > 0 else None, "top_cpu": top_cpu,
-            "top_cuda": top_cuda if self.cuda else [], "transfers": self._transfer_rows(), "cuda_memory": self._memory}
-
-    def _transfer_rows(self):
-        steps = max(self.profiled_steps(), 1)
-        cpu, cpu_total = self._cpu_rows()
-        by_key = {e.key: e for e in cpu}
-        rows = []
-        for name in TRANSFER_OPS:
-            e = by_key.get(name)
-            total = float(e.cpu_time_total) / 1000.0 if e is not None else 0.0
-            calls = int(e.count) if e is not None else 0
-            rows.append({"name": name, "cpu_total_ms": total, "cpu_ms_per_step": total / steps,
-                         "share": (total * 1000.0 / cpu_total) if cpu_total else None,
-                         "calls": calls, "calls_per_step": calls / steps, "device_ms_per_step": None})
-        if self.cuda:   # the GPU side of the copies: how long the copy engine really moved bytes
-            for e in sorted(self._device_rows()[0], key=lambda e: -_self_device_us(e)):
-                if e.key.startswith(("Memcpy", "Memset")):
-                    rows.append({"name": e.key + " (GPU)", "cpu_total_ms": None, "cpu_ms_per_step": None,
-                                 "share": None, "calls": int(e.count), "calls_per_step": int(e.count) / steps,
-                                 "device_ms_per_step": _self_device_us(e) / 1000.0 / steps})
-        return rows
+            "top_cuda": top_cuda if self.cuda else [], "transfers": transfers, "cuda_memory": self._memory}
 
     # -- tables --------------------------------------------------------------------------------
 
     def tables(self):
-        """{"cpu", "cuda", "transfers", "memory"}: markdown, each starting with a '### ' title line; without
-        a recorded window each says so; on a CPU run "cuda" and "memory" say that they need a GPU."""
+        """{"cpu", "cuda", "transfers", "memory"}: markdown sections from a '### ' title (or why they are empty)."""
         if not self.enabled or self._averages is None:
             need = self.wait + self.warmup + self.active
             msg = (f"profiler recorded nothing: {self._steps} steps ran, the schedule needs more "
@@ -825,33 +702,48 @@ class TrainingProfiler:
                    if self.enabled else "profiler disabled\n")
             return {k: f"### {t}\n\n{msg}" for k, t in TABLE_TITLES}
         steps, s = self.profiled_steps(), self.stats()
+        _, cpu_total, _, dev_total = self._rows()
         no_gpu = ("CUDA tables need a GPU: this run profiled the CPU only (device "
                   f"{self.device}, torch.cuda.is_available()={torch.cuda.is_available()}).\n")
-        return {"cpu": self._cpu_table(steps, s),
-                "cuda": self._cuda_table(steps, s) if self.cuda else "### Top CUDA operations\n\n" + no_gpu,
-                "transfers": _transfer_table(steps, s),
-                "memory": (_memory_table(self.device, self._memory) if self.cuda and self._memory is not None
-                           else "### CUDA memory summary\n\n" + no_gpu)}
-
-    def _cpu_table(self, steps, s):
-        cpu_total = self._cpu_rows()[1]
-        rows = [[_cpu_name(r["name"]), format_ms(r["self_cpu_ms"]), _share_cell(r["share"]), format_ms(r["cpu_ms"]),
-                 r["calls"]] for r in s["top_cpu"]]
-        return (f"### Top CPU operations by self CPU time ({steps} profiled steps)\n\n"
-                + markdown_table(["Name", "Self CPU total", "Self CPU %", "CPU total", "Calls"], rows)
-                + f"\nSelf CPU time total: {format_ms(cpu_total / 1000.0)} "
-                  f"({format_ms(s['cpu_self_ms_per_step'])} per step)\n")
-
-    def _cuda_table(self, steps, s):
-        dev_total = self._device_rows()[1]
-        rows = [[_short(r["name"]), format_ms(r["self_cuda_ms"]), _share_cell(r["share"]), r["calls"]]
-                for r in s["top_cuda"]]
-        return (f"### Top CUDA operations by self CUDA time ({steps} profiled steps)\n\n"
-                "GPU-side activity (kernels, memcpy, memset); the aten op that launched each one "
-                "is in the CPU table.\n\n" + markdown_table(["Name", "Self CUDA total", "Self CUDA %", "Calls"], rows)
-                + f"\nSelf CUDA time total: {format_ms(dev_total / 1000.0)} "
-                  f"({format_ms(s['gpu_kernel_ms_per_step'])} per step; GPU busy "
-                  f"{_pct(s['gpu_busy_share'] or 0.0)} of the {format_ms(s['step_wall_ms'])} profiled step)\n")
+        # Self time of the step wrapper = host time inside the step but outside every recorded op.
+        cpu_rows = [["ProfilerStep* (outside any op: Python, waits)" if r["name"].startswith("ProfilerStep")
+                     else _short(r["name"]), format_ms(r["self_cpu_ms"]), _share_cell(r["share"]),
+                     format_ms(r["cpu_ms"]), r["calls"]] for r in s["top_cpu"]]
+        out = {"cpu": f"### Top CPU operations by self CPU time ({steps} profiled steps)\n\n"
+                      + markdown_table(["Name", "Self CPU total", "Self CPU %", "CPU total", "Calls"], cpu_rows)
+                      + f"\nSelf CPU time total: {format_ms(cpu_total / 1000.0)} "
+                        f"({format_ms(s['cpu_self_ms_per_step'])} per step)\n",
+               "cuda": "### Top CUDA operations\n\n" + no_gpu}
+        if self.cuda:
+            cuda_rows = [[_short(r["name"]), format_ms(r["self_cuda_ms"]), _share_cell(r["share"]), r["calls"]]
+                         for r in s["top_cuda"]]
+            out["cuda"] = (f"### Top CUDA operations by self CUDA time ({steps} profiled steps)\n\n"
+                           "GPU-side activity (kernels, memcpy, memset); the aten op that launched each one "
+                           "is in the CPU table.\n\n"
+                           + markdown_table(["Name", "Self CUDA total", "Self CUDA %", "Calls"], cuda_rows)
+                           + f"\nSelf CUDA time total: {format_ms(dev_total / 1000.0)} "
+                             f"({format_ms(s['gpu_kernel_ms_per_step'])} per step; GPU busy "
+                             f"{_pct(s['gpu_busy_share'] or 0.0)} of the {format_ms(s['step_wall_ms'])} "
+                             "profiled step)\n")
+        transfer_rows = [[r["name"], *(_ms_or_dash(r[k], r["calls"]) for k in ("cpu_total_ms", "cpu_ms_per_step")),
+                          _share_cell(r["share"]) if r["calls"] else None, r["calls"], f"{r['calls_per_step']:.1f}",
+                          _ms_or_dash(r["device_ms_per_step"], r["calls"])] for r in s["transfers"]]
+        out["transfers"] = (
+            f"### Memory transfers and host waits ({steps} profiled steps)\n\n"
+            "CPU total includes children (aten::to contains aten::_to_copy contains aten::copy_ "
+            "contains cudaMemcpyAsync), so rows overlap; % is of the total self CPU time. A "
+            "synchronous copy or a synchronize is where the host waits for queued GPU work; "
+            "compare with the GPU time of the copies (rows marked GPU).\n\n"
+            + markdown_table(["Name", "CPU total", "CPU per step", "% of CPU", "Calls", "Calls per step",
+                              "GPU per step"], transfer_rows)
+            + "\n'—': not called in the profiled steps (or no GPU side).\n")
+        out["memory"] = "### CUDA memory summary\n\n" + no_gpu
+        if self.cuda and self._memory is not None:
+            rows = [[row, self._memory[key] if digits is None else f"{self._memory[key] / 2**30:.{digits}f} GiB"]
+                    for row, key, _, digits in MEMORY_ROWS]
+            out["memory"] = (f"### CUDA memory summary ({self.device}, since process start or the last "
+                             "reset_peak_memory_stats)\n\n" + markdown_table(["Metric", "Value"], rows))
+        return out
 
     def tables_markdown(self):
         """The four tables as one markdown string."""
@@ -862,39 +754,12 @@ class TrainingProfiler:
         print(self.tables_markdown(), file=file or sys.stdout)
 
 
-def _transfer_table(steps, s):
-    rows = [[r["name"], _ms_or_dash(r["cpu_total_ms"], r["calls"]), _ms_or_dash(r["cpu_ms_per_step"], r["calls"]),
-             _share_cell(r["share"]) if r["calls"] else None,
-             r["calls"], f"{r['calls_per_step']:.1f}", _ms_or_dash(r["device_ms_per_step"], r["calls"])]
-            for r in s["transfers"]]
-    return (f"### Memory transfers and host waits ({steps} profiled steps)\n\n"
-            "CPU total includes children (aten::to contains aten::_to_copy contains aten::copy_ "
-            "contains cudaMemcpyAsync), so rows overlap; % is of the total self CPU time. A "
-            "synchronous copy or a synchronize is where the host waits for queued GPU work; "
-            "compare with the GPU time of the copies (rows marked GPU).\n\n"
-            + markdown_table(["Name", "CPU total", "CPU per step", "% of CPU", "Calls", "Calls per step",
-                              "GPU per step"], rows) + "\n'—': not called in the profiled steps (or no GPU side).\n")
-
-
-def _memory_table(device, m):
-    gib = 2**30
-    return (f"### CUDA memory summary ({device}, since process start or the last reset_peak_memory_stats)\n\n"
-            + markdown_table(["Metric", "Value"], [
-                ["Peak allocated", f"{m['peak_allocated_bytes'] / gib:.3f} GiB"],
-                ["Peak reserved", f"{m['peak_reserved_bytes'] / gib:.3f} GiB"],
-                ["Currently allocated", f"{m['current_allocated_bytes'] / gib:.3f} GiB"],
-                ["Total allocated (cumulative)", f"{m['total_allocated_bytes'] / gib:.2f} GiB"],
-                ["cudaMalloc calls (segments)", m["cudamalloc_calls"]], ["cudaMalloc retries", m["cudamalloc_retries"]],
-                ["OOMs", m["ooms"]]]))
+def _short(name, width=80):
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def _ms_or_dash(ms, calls):
     return format_ms(ms) if ms is not None and calls else None
-
-
-def _cpu_name(key):
-    # Self time of the step wrapper = host time inside the step but outside every recorded op.
-    return "ProfilerStep* (outside any op: Python, waits)" if key.startswith("ProfilerStep") else _short(key)
 
 
 def _share_cell(share):
