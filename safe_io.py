@@ -1,14 +1,13 @@
 """The one I/O safety layer: atomic writes, output-path checks before any work, stale temp/lock cleanup.
 
-Every file this repository writes goes through `atomic_output` (or a helper built on it): the bytes go
-to `.<name>.<pid>.tmp` beside the target, are fsynced, then renamed over it, so the final name holds
-the old file or the new one, never a partial one. A write that fails (disk full, permission) raises
-OutputError with one line, after removing its temp file. Temp and lock files carry the writer's pid,
-so the next run that touches the folder removes those of dead processes (`clean_stale`).
+Every write goes to `.<name>.<pid>.tmp` beside the target, is fsynced, then renamed over it; a failed write
+raises a one-line OutputError and leaves no temp file. `clean_stale` removes dead processes' temp/lock files.
 """
 import contextlib
+import dataclasses
 import errno
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -30,76 +29,52 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def fsync_dir(folder):
-    """Makes renames in `folder` durable (best effort: some file systems refuse to open a directory)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def temp_path(path) -> str:
-    """The temp name beside `path` that this process writes before renaming: `.<name>.<pid>.tmp`."""
-    path = os.fspath(path)
-    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:   # alive, but another user's
+        pass
     return True
 
 
-def clean_stale(folder) -> list:
-    """Removes temp files (`.<name>.<pid>.tmp`) and lock files (`*.lock` holding a pid) of dead processes.
-
-    Returns the removed paths. Files of live processes, and files that are not ours, are left alone.
-    """
-    folder = os.fspath(folder) or "."
-    removed = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(folder, name)
-        pid = None
-        match = _TEMP.match(name)
-        if match:
-            pid = int(match["pid"])
-        elif name.endswith(".lock"):
-            with contextlib.suppress(OSError, ValueError):
-                with open(path) as f:
-                    pid = int(f.read().strip() or "0")
-            if pid is not None and pid > 0 and not _pid_alive(pid) and not _locked(path):
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                    removed.append(path)
-            continue
-        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed.append(path)
-    return removed
+def _lock_pid(path) -> int:
+    """The pid written in a lock file, or 0 when unreadable."""
+    with contextlib.suppress(OSError, ValueError), open(path) as f:
+        return int(f.read().strip() or "0")
+    return 0
 
 
 def _locked(path) -> bool:
     """True when another process holds an flock on `path` (a live lock whose pid was reused is kept)."""
     try:
         with open(path) as f:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(f, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)   # closing f releases it again
+    except OSError as exc:
+        return isinstance(exc, BlockingIOError)
+    return False
+
+
+def clean_stale(folder) -> list:
+    """Removes temp files (`.<name>.<pid>.tmp`) and lock files (`*.lock` holding a pid) of dead processes.
+
+    Returns the removed paths; files of live processes, and files that are not ours, are left alone."""
+    folder = os.fspath(folder) or "."
+    try:
+        names = os.listdir(folder)
     except OSError:
-        return False
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(folder, name)
+        temp = _TEMP.match(name)
+        pid = int(temp["pid"]) if temp else _lock_pid(path) if name.endswith(".lock") else 0
+        if pid > 0 and pid != os.getpid() and not _pid_alive(pid) and (temp or not _locked(path)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -128,36 +103,33 @@ def atomic_output(path, what: str = "output"):
     """Yields a temp path beside `path`; on a clean exit it is fsynced and renamed over `path`.
 
     On any exception the temp file is removed and `path` keeps its old content; OSErrors become one-line
-    OutputErrors naming `what` and `path`.
-    """
+    OutputErrors naming `what` and `path`."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    tmp = temp_path(path)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
         os.makedirs(folder, exist_ok=True)
         clean_stale(folder)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())      # the bytes are on disk before the name points at them
-        os.chmod(tmp, 0o666 & ~_umask())
+        umask = os.umask(0)
+        os.umask(umask)               # (reading the umask means setting it)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)         # atomic: readers see the old file or the new one, never half
-        fsync_dir(folder)             # and the rename itself survives a crash
-    except OSError as exc:
+        with contextlib.suppress(OSError):   # best effort: some file systems refuse to open a directory
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)          # and the rename itself survives a crash
+            finally:
+                os.close(fd)
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OutputError):
-            raise
-        raise OutputError(f"cannot write {what} {path}: {_why(exc)}; the previous file (if any) is intact") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"cannot write {what} {path}: {_why(exc)}; "
+                              "the previous file (if any) is intact") from None
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_bytes_atomic(path, data: bytes, what: str = "output") -> str:
@@ -172,30 +144,24 @@ def write_text_atomic(path, text: str, what: str = "output") -> str:
 
 
 def to_jsonable(obj):
-    """Plain JSON types from numpy/torch scalars and arrays, tuples, sets, paths, dataclasses, torch dtypes
-    and devices; non-finite floats become "NaN" / "Infinity" / "-Infinity" (strict JSON has no NaN, and a
-    NaN loss must stay visible in a record)."""
-    import dataclasses
+    """Plain JSON types from numpy/torch values, containers, paths, dataclasses, torch dtypes and devices;
+    non-finite floats become "NaN" / "Infinity" / "-Infinity" (a NaN loss must stay visible in a record)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = dataclasses.asdict(obj)
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [to_jsonable(v) for v in obj]
-    if isinstance(obj, (str, bool)) or obj is None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, (str, int, float)) or obj is None:   # bool is an int
         return obj
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     if type(obj).__module__.startswith("torch") and type(obj).__name__ in ("dtype", "device"):
         return str(obj)
-    if hasattr(obj, "tolist") and not isinstance(obj, (int, float)):   # numpy / torch scalars and arrays
+    if hasattr(obj, "tolist"):   # numpy / torch scalars and arrays
         return to_jsonable(obj.tolist())
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        if math.isfinite(obj):
-            return obj
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
     raise TypeError(f"cannot write {type(obj).__name__} to JSON: {obj!r:.80}")
 
 
@@ -206,34 +172,27 @@ def write_json_atomic(path, obj, what: str = "record") -> str:
 
 
 def _same_file(a: str, b: str) -> bool:
-    if os.path.abspath(a) == os.path.abspath(b):
-        return True
     with contextlib.suppress(OSError):
         return os.path.samefile(a, b)
-    return False
+    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def check_outputs(outputs: dict, inputs=(), need_bytes: dict | None = None) -> None:
     """Checks every output path before any work; raises OutputError (one line) on the first problem.
 
-    outputs: {flag or label: path} the run will write (None/"" entries are skipped).
-    inputs: paths the run reads; no output may be one of them.
-    need_bytes: {label: bytes} free space each output's folder must have.
-    """
+    outputs: {flag or label: path} the run will write (None/"" skipped); inputs: paths the run reads, which
+    no output may be; need_bytes: {label: bytes} of free space each output's folder must have."""
     outputs = {k: os.fspath(v) for k, v in outputs.items() if v}
-    labels = list(outputs)
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            if _same_file(outputs[a], outputs[b]):
-                raise OutputError(f"{a} and {b} name the same file ({outputs[a]}); one would overwrite the other")
+    for (a, path_a), (b, path_b) in itertools.combinations(outputs.items(), 2):
+        if _same_file(path_a, path_b):
+            raise OutputError(f"{a} and {b} name the same file ({path_a}); one would overwrite the other")
     for label, path in outputs.items():
         for src in inputs:
             if src and _same_file(path, os.fspath(src)):
                 raise OutputError(f"{label} {path} is a file this run reads; refusing to overwrite it")
         if os.path.isdir(path) and not label.endswith("dir"):
             raise OutputError(f"{label} {path} is a directory")
-        folder = path if label.endswith("dir") else (os.path.dirname(os.path.abspath(path)) or ".")
-        probe = folder
+        probe = path if label.endswith("dir") else (os.path.dirname(os.path.abspath(path)) or ".")
         while not os.path.exists(probe):
             probe = os.path.dirname(probe) or "."
         if not os.path.isdir(probe):
@@ -241,16 +200,15 @@ def check_outputs(outputs: dict, inputs=(), need_bytes: dict | None = None) -> N
         if not os.access(probe, os.W_OK | os.X_OK):
             raise OutputError(f"{label} {path}: folder {probe} is not writable")
         need = (need_bytes or {}).get(label, 0)
-        if need:
-            free = shutil.disk_usage(probe).free
-            if need > free:
-                raise OutputError(f"{label} {path} needs {format_bytes(need)} and {probe} has "
-                                  f"{format_bytes(free)} free")
+        free = shutil.disk_usage(probe).free if need else 0
+        if need > free:
+            raise OutputError(f"{label} {path} needs {format_bytes(need)} and {probe} has {format_bytes(free)} free")
 
 
 def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         n /= 1024
-    return f"{n:.1f} PiB"
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
