@@ -177,6 +177,93 @@ def _compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
+@dataclass
+class _Run:
+    """What the interval points of a run read and write: the log, evals, checkpoints and stop requests."""
+    config: TrainConfig
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: object
+    losses: LossLog
+    clock: Clock
+    timer: StepTimer
+    total: int
+    eval_fn: object
+    scalars: object
+    checkpoint_meta: dict | None
+    device: torch.device
+    rank: int
+    world_size: int
+    history: list = field(default_factory=list)
+    stop: StopRequest = None
+
+    def __post_init__(self):
+        self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
+
+    def log(self, line: str):
+        if self.rank == 0:
+            print(line)
+
+    def scalar(self, tag, value, step):
+        if self.scalars and value is not None and math.isfinite(value):
+            self.scalars.add_scalar(tag, value, step)
+
+    def save(self, step, reason):
+        if self.config.ckpt and self.rank == 0:
+            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step, self.losses.values,
+                            self.clock.train_seconds, self.checkpoint_meta)
+            self.log(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
+
+    def _stop_now(self, at_check: bool) -> tuple:
+        """(stop requested, budget hit); every rank stops at the same step: they agree (MAX) where they sync."""
+        stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
+        if self.world_size == 1:
+            return stop_now, budget_hit
+        if not at_check:
+            return False, False
+        agreed = torch.tensor([float(stop_now), float(budget_hit)], device=self.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        return tuple(bool(v > 0) for v in agreed)
+
+    def at_interval(self, step) -> bool:
+        """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
+        c, eval_steps, eval_seconds = self.config, self.eval_steps, self.eval_seconds
+        at_log = step % c.log_every == 0 or step == self.total
+        # Eval and save points depend on the config only, so they are the same step on every rank; an eval
+        # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
+        at_eval = eval_steps > 0 and step % eval_steps == 0
+        if eval_seconds > 0 and at_log:
+            at_eval = self.clock.elapsed() >= eval_seconds * (len(self.history) + 1)
+        at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
+        stop_now, budget_hit = self._stop_now(at_log or at_eval or at_save)
+        if not (at_log or at_eval or at_save or stop_now or budget_hit):
+            return False
+        self.losses.flush()                 # raises NonFiniteLoss before anything is saved
+        self.clock.pause(self.device)
+        if at_log and self.losses.values:
+            recent = self.timer.recent(c.log_every)
+            self.log(_log_line(step, self.total, self.losses.values[-1], recent, self.clock.train_seconds,
+                               c.time_budget))
+            for tag, value in (("train/loss", self.losses.values[-1]), ("time/step_ms", recent["step_ms"]),
+                               ("time/data_ms", recent["data_ms"])):
+                self.scalar(tag, value, step)
+        if at_eval and self.eval_fn is not None and self.rank == 0:
+            from evaluation import format_scores
+            scores = self.eval_fn(self.model, self.optimizer)
+            self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
+            self.log(f"eval   {step:6d} " + format_scores("", scores).strip())
+            self.scalar("eval/roc_auc", scores["roc_auc"], step)
+        if at_save:
+            self.save(step, f"every {c.save_every} steps")
+        if stop_now:
+            self.save(step, f"{self.stop.requested or 'stop'} received")
+            self.log(f"stopping at step {step} on {self.stop.requested or 'a stop request on another rank'}")
+        elif budget_hit:
+            self.log(f"time budget of {c.time_budget:.0f} s reached at step {step}")
+        self.clock.resume()
+        return stop_now or budget_hit
+
+
 def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, checkpoint_meta=None,
           resume_state=None, scalars=None) -> TrainResult:
     """Trains on loaders.Batch items, each step timed from the request for its batch; shape: (R_max, F_max).
@@ -185,7 +272,6 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     """
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
-    total = config.steps or UPSTREAM_STEPS
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer)
     graphed = (GraphedTrainStep(model, optimizer, config.batch_size, *shape, device, amp=config.amp,
                                 grad_clip=config.grad_clip, compile=config.compile) if config.cuda_graphs else None)
@@ -195,7 +281,6 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     # The profiled window starts after the timing warm-up: compilation and graph capture stay out of it.
     profiler = (TrainingProfiler(device, out_dir=config.profile_dir, log_dir=config.tensorboard,
                                  wait=max(1, config.timing_warmup)) if config.profile else None)
-    log = print if rank == 0 else (lambda *a: None)
     static_features = config.compile and 0 < shape[1] <= STATIC_FEATURE_COUNTS_MAX
     model.train()
     if hasattr(optimizer, "train"):
@@ -205,67 +290,14 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     step, losses, clock = 0, LossLog(not config.async_loss, world_size), Clock(config.time_budget)
     if resume_state is not None:
         step, losses, clock = _resume(model, optimizer, resume_state, config, world_size)
-        log(f"resumed from {config.ckpt} at step {step}")
-    eval_steps, eval_seconds = eval_interval(config.eval_every)
-    history, fingerprints, stop = [], [], StopRequest(enabled=bool(config.ckpt))
-
-    def save(step, reason):
-        if config.ckpt and rank == 0:
-            save_checkpoint(config.ckpt, model, optimizer, loader, step, losses.values, clock.train_seconds,
-                            checkpoint_meta)
-            log(f"checkpoint: step {step} written to {config.ckpt} ({reason})")
-
-    def scalar(tag, value, step):
-        if scalars and value is not None and math.isfinite(value):
-            scalars.add_scalar(tag, value, step)
-
-    def at_interval(step) -> bool:
-        """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
-        at_log = step % config.log_every == 0 or step == total
-        # Eval and save points depend on the config only, so they are the same step on every rank; an eval
-        # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
-        at_eval = eval_steps > 0 and step % eval_steps == 0
-        if eval_seconds > 0 and at_log:
-            at_eval = clock.elapsed() >= eval_seconds * (len(history) + 1)
-        at_save = bool(config.ckpt) and config.save_every > 0 and step % config.save_every == 0
-        at_check = at_log or at_eval or at_save
-        stop_now, budget_hit = stop.requested is not None, clock.over_budget()
-        if world_size > 1 and not at_check:
-            stop_now = budget_hit = False
-        elif world_size > 1:   # every rank stops at the same step: they agree (MAX) where they sync anyway
-            agreed = torch.tensor([float(stop_now), float(budget_hit)], device=device)
-            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-            stop_now, budget_hit = (bool(v > 0) for v in agreed)
-        if not (at_check or stop_now or budget_hit):
-            return False
-        losses.flush()                      # raises NonFiniteLoss before anything is saved
-        clock.pause(device)
-        if at_log and losses.values:
-            recent = timer.recent(config.log_every)
-            log(_log_line(step, total, losses.values[-1], recent, clock.train_seconds, config.time_budget))
-            for tag, value in (("train/loss", losses.values[-1]), ("time/step_ms", recent["step_ms"]),
-                               ("time/data_ms", recent["data_ms"])):
-                scalar(tag, value, step)
-        if at_eval and eval_fn is not None and rank == 0:
-            from evaluation import format_scores
-            scores = eval_fn(model, optimizer)
-            history.append({"step": step, "train_seconds": clock.train_seconds, "scores": scores})
-            log(f"eval   {step:6d} " + format_scores("", scores).strip())
-            scalar("eval/roc_auc", scores["roc_auc"], step)
-        if at_save:
-            save(step, f"every {config.save_every} steps")
-        if stop_now:
-            save(step, f"{stop.requested or 'stop'} received")
-            log(f"stopping at step {step} on {stop.requested or 'a stop request on another rank'}")
-        elif budget_hit:
-            log(f"time budget of {config.time_budget:.0f} s reached at step {step}")
-        clock.resume()
-        return stop_now or budget_hit
-
-    batches = iter(loader)
+    run = _Run(config, model, optimizer, loader, losses, clock, timer, config.steps or UPSTREAM_STEPS, eval_fn,
+               scalars, checkpoint_meta, device, rank, world_size, stop=StopRequest(enabled=bool(config.ckpt)))
+    if resume_state is not None:
+        run.log(f"resumed from {config.ckpt} at step {step}")
+    fingerprints, batches = [], iter(loader)
     try:
-        with stop, (profiler or contextlib.nullcontext()):
-            while config.time_budget > 0 or step < total:
+        with run.stop, (profiler or contextlib.nullcontext()):
+            while config.time_budget > 0 or step < run.total:
                 graphs_before = _compiled_graphs() if config.compile else 0
                 started = time.perf_counter()
                 timer.start_step()
@@ -287,24 +319,24 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 if config.compile and _compiled_graphs() != graphs_before:
                     seconds = time.perf_counter() - started
                     clock.exclude(seconds)
-                    log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
-                        f"{clock.compile_seconds:.1f} s in all)")
-                if at_interval(step):
+                    run.log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
+                            f"{clock.compile_seconds:.1f} s in all)")
+                if run.at_interval(step):
                     break
-        if config.ckpt and stop.requested is None and (config.save_every == 0 or step % config.save_every):
+        if config.ckpt and run.stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
-            save(step, "end of run")
+            run.save(step, "end of run")
     except KeyboardInterrupt:
-        log(f"interrupted at step {step}; evaluating what was trained")
+        run.log(f"interrupted at step {step}; evaluating what was trained")
     finally:
         if hasattr(loader, "close"):
             loader.close()
     losses.flush()
     clock.pause(device)
     summary = timer.summary()
-    result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=history,
+    result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=run.history,
                          steps_done=step, train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
-                         diagnosis=diagnose(summary), stopped_by=stop.requested,
+                         diagnosis=diagnose(summary), stopped_by=run.stop.requested,
                          batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms(),
                          profile_tables=profiler.tables_markdown() if profiler else "",
                          peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0)
