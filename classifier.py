@@ -17,10 +17,9 @@ from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.utils.multiclass import type_of_target
 
 from checkpoint import read_checkpoint
-from model import SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
+from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
-SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
 TRANSFORMS = ("none", "quantile")
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree

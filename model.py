@@ -23,6 +23,8 @@ SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFF
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton")
 FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
+# Fields that set the model's size: a checkpoint's model is rebuilt from these.
+SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
 SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint")
 
@@ -42,7 +44,7 @@ class ModelConfig:
     grad_checkpoint: bool = False
 
     def __post_init__(self):
-        for name in ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs"):
+        for name in SIZE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")

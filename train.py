@@ -20,7 +20,7 @@ from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpo
 from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
-from model import ModelConfig, NanoTabPFNModel
+from model import SIZE_FIELDS, ModelConfig, NanoTabPFNModel
 from profile_utils import StepTimer, TrainingProfiler, diagnose, format_duration
 from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
 from safe_io import OutputError, check_outputs
@@ -672,8 +672,7 @@ def train_config(args) -> TrainConfig:
 
 def model_size(args) -> dict:
     """The ModelConfig size fields named by parsed flags."""
-    return {name: getattr(args, name) for name in ("embedding_size", "num_attention_heads", "mlp_hidden_size",
-                                                    "num_layers")}
+    return {name: getattr(args, name) for name in SIZE_FIELDS if name != "num_outputs"}   # outputs: from the dump
 
 
 def main(argv=None):
