@@ -122,12 +122,18 @@ def _triton_kernel():
     return datapoint_attention
 
 
-def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
-    """x (..., E) -> q, k, v (..., H, D) of attention's packed in-projection: one matmul, views, no copies."""
-    heads = attention.num_heads
-    qkv = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)   # (..., 3E)
-    qkv = qkv.unflatten(-1, (3, heads, x.shape[-1] // heads))             # (..., 3, H, D)
-    return qkv.unbind(-3)                                                 # (..., H, D) each
+def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor, key_rows=None):
+    """x (..., L, E) -> q, k, v (..., L, H, D) of attention's packed in-projection: one matmul, views, no
+    copies. With key_rows S, k and v are projected from the first S rows only: (..., S, H, D)."""
+    heads, embedding = attention.num_heads, x.shape[-1]
+    weight, bias = attention.in_proj_weight, attention.in_proj_bias
+    if key_rows is None:
+        qkv = F.linear(x, weight, bias).unflatten(-1, (3, heads, embedding // heads))   # (..., L, 3, H, D)
+        return qkv.unbind(-3)
+    # Two matmuls: no work on keys nobody reads, and no zero-filled gradient for them in the backward.
+    q = F.linear(x, weight[:embedding], bias[:embedding]).unflatten(-1, (heads, -1))   # (..., L, H, D)
+    kv = F.linear(x[..., :key_rows, :], weight[embedding:], bias[embedding:])          # (..., S, 2E)
+    return (q, *kv.unflatten(-1, (2, heads, -1)).unbind(-3))
 
 
 def matmul_attention(q, k, v, key_mask=None):
@@ -353,9 +359,8 @@ class TransformerEncoderLayer(nn.Module):
             return out.reshape(batch_size, columns, rows, embedding).transpose(1, 2)     # (B, R, C, E)
         batch_size, columns, rows, embedding = src.shape
         seqs = src.reshape(batch_size * columns, rows, embedding)           # (B*C, R, E): a view
-        q, k, v = (t.transpose(1, 2) for t in in_projection(attention, seqs))   # (B*C, H, R, D) each
-        if row_keys is None:
-            k, v = k[:, :, :split], v[:, :, :split]   # keys and values are the first S rows: a slice, no copy, no mask
+        # Keys and values are the first S rows (no mask); padded tables mask the keys past S instead.
+        q, k, v = (t.transpose(1, 2) for t in in_projection(attention, seqs, split))   # (B*C, H, R or S, D)
         out = datapoint_attention(q, k, v, self.attention, key_mask=row_keys if block_mask is None else None,
                                   block_mask=block_mask)
         # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory, else one copy.
