@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -116,12 +115,11 @@ def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-@functools.cache
 def _triton_kernel():
-    """triton_attention's kernel, imported lazily (triton, CUDA) and kept out of torch.compile's graph:
-    Inductor retypes a user kernel's float scale as fp64."""
+    """triton_attention's kernel, imported lazily (triton, CUDA), traced whole by torch.compile: its forward and
+    backward are triton_ops (no graph break) whose kernels take the scales as constexprs (no float for Inductor)."""
     from triton_attention import datapoint_attention
-    return torch.compiler.disable(datapoint_attention)
+    return datapoint_attention
 
 
 def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):

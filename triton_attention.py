@@ -1,13 +1,14 @@
 """Datapoint attention for small head sizes (D = 16..64) in Triton: forward and backward, no mask.
 
 D is padded to a power of two (>= 16) by masked loads, the key length S is a run-time argument (one compilation
-serves every split), and the scale carries log2(e) (one exp2 per score); fp32 accumulation. The backward is
-FlashAttention-2's: delta = rowsum(dO * O), then one launch whose programs own a key block (dK, dV) or a query
-block (dQ); optionally dQ by fp32 atomics. Importing needs neither triton nor a GPU.
+serves every split), and the scale is a constexpr carrying log2(e) (one exp2 per score); fp32 accumulation. The
+backward is FlashAttention-2's: delta = rowsum(dO * O), then one launch whose programs own a key block (dK, dV) or a
+query block (dQ); optionally dQ by fp32 atomics. Both are torch.library triton_ops (nanotabpfn::datapoint_attention_fwd,
+_bwd), which torch.compile traces without a graph break. Importing needs neither triton nor a GPU.
 """
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -56,13 +57,13 @@ if triton is not None:
 
     @triton.jit
     def _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d, sks, svs,
-                  qk_scale, D: tl.constexpr, TAIL: tl.constexpr):
+                  QK_SCALE: tl.constexpr, D: tl.constexpr, TAIL: tl.constexpr):
         """One key block of the online softmax (log2 domain)."""
         keys = start + offs_n
         kmask = (keys[:, None] < S) & (offs_d[None, :] < D)
         k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
         v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
+        qk = tl.dot(q, tl.trans(k)) * QK_SCALE
         if TAIL:
             qk = tl.where(keys[None, :] < S, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -76,7 +77,7 @@ if triton is not None:
     @triton.jit(do_not_specialize=["R", "S", "S_FULL"])
     def _fwd_kernel(Q, K, V, O, LSE, R, S, S_FULL, H,
                    sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, son, soh, sor, sod,
-                   qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+                   QK_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """out[n, h, rows] = softmax(q k^T * scale) v; LSE (N*H, R) keeps the log2-domain logsumexp."""
         pid_m = tl.program_id(0)
@@ -94,10 +95,10 @@ if triton is not None:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         for start in range(0, S_FULL, BLOCK_N):
             acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
-                                      sks, svs, qk_scale, D, False)
+                                      sks, svs, QK_SCALE, D, False)
         for start in range(S_FULL, S, BLOCK_N):
             acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
-                                      sks, svs, qk_scale, D, True)
+                                      sks, svs, QK_SCALE, D, True)
         out = acc / l_i[:, None]
         tl.store(_head(O, n, h, son, soh, ALIGN) + offs_m[:, None] * sor + offs_d[None, :] * sod,
                  out.to(O.dtype.element_ty), mask=(offs_m[:, None] < R) & (offs_d[None, :] < D))
@@ -117,8 +118,8 @@ if triton is not None:
     @triton.jit
     def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
               sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
-              qk_scale, sm_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+              QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+              ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
         """dK, dV of one key block (k, v already loaded): loops over every query block."""
         offs_d = tl.arange(0, BLOCK_D)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -133,20 +134,20 @@ if triton is not None:
             lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
             delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
             # Transposed scores (keys x queries): rows past R have q = dO = 0, so they add nothing.
-            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])
+            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * QK_SCALE - lse[None, :])
             dv += tl.dot(p_t.to(do.dtype), do)
             dp_t = tl.dot(v, tl.trans(do))
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(q.dtype), q)
             if ATOMIC_DQ:
-                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * SM_SCALE
                 dq_ptrs = _head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :]
                 tl.atomic_add(dq_ptrs, dq, mask=rmask, sem="relaxed")
-        return dk * sm_scale, dv
+        return dk * SM_SCALE, dv
 
     @triton.jit
     def _dq(K, V, q, do, lse, delta, n, h, S, skn, skh, sks, skd, svn, svh, svs, svd,
-            qk_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
+            QK_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """dQ of one query block: loops over every key block (keys past S load as 0 and add nothing)."""
         offs_d = tl.arange(0, BLOCK_D)
@@ -158,7 +159,7 @@ if triton is not None:
             kmask = ((start + offs_n)[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
             v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
-            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * QK_SCALE - lse[:, None])
             ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
             dq += tl.dot(ds.to(k.dtype), k)
         return dq
@@ -167,8 +168,8 @@ if triton is not None:
     def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, R, S, H, KV_BLOCKS, PID_OFFSET,
                    sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, sdn, sdh, sdr, sdd,
                    sqa_n, sqa_h, sqa_r, skan, skah, skas, svan, svah, svas,
-                   qk_scale, sm_scale, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
-                   KV_BLOCK_M: tl.constexpr, KV_BLOCK_N: tl.constexpr,
+                   QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                   ALIGN: tl.constexpr, KV_BLOCK_M: tl.constexpr, KV_BLOCK_N: tl.constexpr,
                    Q_BLOCK_M: tl.constexpr, Q_BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
         """Programs [0, KV_BLOCKS) write dK, dV of one key block; the rest dQ of one query block."""
         pid = tl.program_id(0) + PID_OFFSET
@@ -183,7 +184,7 @@ if triton is not None:
             v = _tile(V, n, h, svn, svh, keys, svs, svd, S, offs_d, D, ALIGN)
             dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
                            sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
-                           qk_scale, sm_scale, D, BLOCK_D, ALIGN, KV_BLOCK_M, KV_BLOCK_N, ATOMIC_DQ)
+                           QK_SCALE, SM_SCALE, D, BLOCK_D, ALIGN, KV_BLOCK_M, KV_BLOCK_N, ATOMIC_DQ)
             tl.store(_head(DK, n, h, skan, skah, ALIGN) + keys[:, None] * skas + offs_d[None, :],
                      dk.to(DK.dtype.element_ty), mask=kmask)
             tl.store(_head(DV, n, h, svan, svah, ALIGN) + keys[:, None] * svas + offs_d[None, :],
@@ -196,9 +197,9 @@ if triton is not None:
             lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
             delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
             dq = _dq(K, V, q, do, lse, delta, n, h, S, skn, skh, sks, skd, svn, svh, svs, svd,
-                     qk_scale, D, BLOCK_D, ALIGN, Q_BLOCK_M, Q_BLOCK_N)
+                     QK_SCALE, D, BLOCK_D, ALIGN, Q_BLOCK_M, Q_BLOCK_N)
             tl.store(_head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :],
-                     (dq * sm_scale).to(DQ.dtype.element_ty), mask=rmask)
+                     (dq * SM_SCALE).to(DQ.dtype.element_ty), mask=rmask)
 
 
 def _block_d(head_size: int) -> int:
@@ -213,39 +214,56 @@ def _align(*tensors: torch.Tensor) -> int:
 
 
 def _rows_major(n: int, rows: int, heads: int, d: int, like: torch.Tensor, dtype=None) -> torch.Tensor:
-    """An (N, H, rows, D) view of (N, rows, H, D) memory: the layout the model reshapes for free."""
-    return torch.empty(n, rows, heads, d, device=like.device, dtype=dtype or like.dtype).transpose(1, 2)
+    """An (N, H, rows, D) tensor laid out as (N, rows, H, D) memory: the layout the model reshapes for free."""
+    return torch.empty_strided((n, heads, rows, d), (rows * heads * d, d, heads * d, 1), device=like.device,
+                               dtype=dtype or like.dtype)
 
 
-class _DatapointAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, scale, cfg: KernelConfig):
-        """out (N, H, R, D); keeps the log2-domain logsumexp lse (N*H, R) fp32 for the backward."""
+def _config_ints(cfg: KernelConfig) -> list[int]:
+    """The config as the ops' schema takes it: its fields in order, None and False as 0."""
+    return [int(getattr(cfg, f.name) or 0) for f in fields(cfg)]
+
+
+def _config(ints: list[int]) -> KernelConfig:
+    """The config back from _config_ints."""
+    return KernelConfig(*(f.type(x) if f.type in (int, bool) else x or None
+                          for f, x in zip(fields(KernelConfig), ints)))
+
+
+if triton is not None:
+    from torch.library import register_autograd, triton_op
+
+    # torch < 2.13's wrap_triton refuses the interpreter's kernels; there they launch as they are.
+    wrap_triton = (lambda kernel: kernel) if os.environ.get("TRITON_INTERPRET") == "1" else torch.library.wrap_triton
+
+    @triton_op("nanotabpfn::datapoint_attention_fwd", mutates_args=())
+    def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                       config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """out (N, H, R, D) and the log2-domain logsumexp lse (N*H, R) fp32 that the backward needs."""
+        cfg = _config(config)
         n, heads, rows, d = q.shape
         keys = k.shape[2]
         out = _rows_major(n, rows, heads, d, q)
         lse = torch.empty(n * heads, rows, device=q.device, dtype=torch.float32)
         grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
         full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
-        _fwd_kernel[grid](q, k, v, out, lse, rows, keys, full, heads, *q.stride(), *k.stride(), *v.stride(),
-                          *out.stride(), scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out),
-                          BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
-                          num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.scale, ctx.cfg = scale, cfg
-        return out
+        wrap_triton(_fwd_kernel)[grid](
+            q, k, v, out, lse, rows, keys, full, heads, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            QK_SCALE=scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out), BLOCK_M=cfg.fwd_block_m,
+            BLOCK_N=cfg.fwd_block_n, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
+        return out, lse
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dout):
-        """dq (N, H, R, D), dk and dv (N, H, S, D), each a view of rows-major memory."""
-        q, k, v, out, lse = ctx.saved_tensors
-        scale, cfg = ctx.scale, ctx.cfg
+    @triton_op("nanotabpfn::datapoint_attention_bwd", mutates_args=())
+    def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                       dout: torch.Tensor, scale: float, config: list[int]
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """dq (N, H, R, D), dk and dv (N, H, S, D), each laid out rows-major."""
+        cfg = _config(config)
         n, heads, rows, d = q.shape
         keys = k.shape[2]
         block_d = _block_d(d)
         delta = torch.empty_like(lse)
-        _delta_kernel[(triton.cdiv(rows, 128), n * heads)](
+        wrap_triton(_delta_kernel)[(triton.cdiv(rows, 128), n * heads)](
             out, dout, delta, rows, heads, *out.stride(), *dout.stride(), D=d, BLOCK_D=block_d,
             ALIGN=_align(out, dout), BLOCK_M=128)
         dq = _rows_major(n, rows, heads, d, q, torch.float32 if cfg.atomic_dq else None)
@@ -257,10 +275,10 @@ class _DatapointAttention(torch.autograd.Function):
         q_blocks = 0 if cfg.atomic_dq else triton.cdiv(rows, cfg.q_block_m)
         args = (q, k, v, dout, dq, dk, dv, lse, delta, rows, keys, heads, kv_blocks)
         strides = (*q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride()[:3], *dk.stride()[:3],
-                   *dv.stride()[:3], scale * LOG2E, scale)
-        meta = dict(D=d, BLOCK_D=block_d, ALIGN=_align(q, k, v, dout, dq, dk, dv), KV_BLOCK_M=cfg.kv_block_m,
-                    KV_BLOCK_N=cfg.kv_block_n, Q_BLOCK_M=cfg.q_block_m, Q_BLOCK_N=cfg.q_block_n,
-                    ATOMIC_DQ=cfg.atomic_dq)
+                   *dv.stride()[:3])
+        meta = dict(QK_SCALE=scale * LOG2E, SM_SCALE=scale, D=d, BLOCK_D=block_d,
+                    ALIGN=_align(q, k, v, dout, dq, dk, dv), KV_BLOCK_M=cfg.kv_block_m, KV_BLOCK_N=cfg.kv_block_n,
+                    Q_BLOCK_M=cfg.q_block_m, Q_BLOCK_N=cfg.q_block_n, ATOMIC_DQ=cfg.atomic_dq)
         if cfg.q_warps is None or q_blocks == 0:
             # One launch: dK/dV and dQ programs run side by side and fill each other's tail.
             launches = [(kv_blocks + q_blocks, 0, cfg.bwd_warps, cfg.bwd_stages)]
@@ -268,8 +286,19 @@ class _DatapointAttention(torch.autograd.Function):
             launches = [(kv_blocks, 0, cfg.bwd_warps, cfg.bwd_stages),
                         (q_blocks, kv_blocks, cfg.q_warps, cfg.q_stages or cfg.bwd_stages)]
         for programs, pid_offset, warps, stages in launches:
-            _bwd_kernel[(programs, n * heads)](*args, pid_offset, *strides, **meta, num_warps=warps, num_stages=stages)
-        return dq.to(q.dtype), dk, dv, None, None
+            wrap_triton(_bwd_kernel)[(programs, n * heads)](*args, pid_offset, *strides, **meta, num_warps=warps,
+                                                            num_stages=stages)
+        return dq.to(q.dtype), dk, dv
+
+    def _setup_context(ctx, inputs, output):
+        q, k, v, ctx.scale, ctx.config = inputs
+        ctx.save_for_backward(q, k, v, *output)
+
+    def _backward(ctx, dout, _dlse):
+        grads = torch.ops.nanotabpfn.datapoint_attention_bwd(*ctx.saved_tensors, dout, ctx.scale, ctx.config)
+        return *grads, None, None
+
+    register_autograd("nanotabpfn::datapoint_attention_fwd", _backward, setup_context=_setup_context)
 
 
 def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
@@ -298,4 +327,5 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"datapoint_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
                          f"got {q.device}")
-    return _DatapointAttention.apply(q, k, v, scale if scale is not None else 1.0 / math.sqrt(q.shape[3]), config)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[3])
+    return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, scale, _config_ints(config))[0]
