@@ -251,8 +251,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
             ys.append((self.y_train_ + shift) % num_classes)
         x = torch.from_numpy(np.stack(xs).astype(np.float32)).to(device)       # (B, n+m, f'')
         y = torch.from_numpy(np.stack(ys).astype(np.float32)).to(device)       # (B, n)
-        # One forward on a GPU; one per member on the CPU, where buffers past glibc's 32 MiB mmap limit are
-        # page-faulted afresh at every allocation (a third of the time at 4 members x 1500 rows).
+        # One forward on a GPU; one per member on the CPU, where a batched forward's buffers pass glibc's mmap
+        # threshold and are page-faulted afresh at every call.
         group = len(members) if device.type == "cuda" else 1
         logits = torch.cat([self.model((x[i:i + group], y[i:i + group]), train_test_split_index=len(self.y_train_))
                             for i in range(0, len(members), group)])[:, :, :num_classes].float()
