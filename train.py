@@ -553,7 +553,7 @@ def _report(session, result, scores, reference):
     step, data = timing["step"], timing["phases"]["data"]
     peak = f"{result.peak_memory_bytes / 2**30:.2f} GiB" if result.peak_memory_bytes else "n/a (CPU)"
     if step["median"] is None:  # stopped before the timing warm-up was over
-        speed = f"no timed steps (all {result.steps_done} within the warm-up)"
+        speed = f"no timed steps (this run's steps all fell within --timing-warmup {c.timing_warmup})"
     else:
         speed = (f"{step['median']:.2f} ms/step (p10 {step['p10']:.2f}, p90 {step['p90']:.2f}) | "
                  f"data wait {data['median']:.2f} ms/step ({100 * timing['data_share']:.1f}%)")

@@ -113,6 +113,16 @@ def test_resume_continues_exactly(flags, dump, tmp_path):
     assert full["per_rank"][0]["param_sha256"] == resumed["per_rank"][0]["param_sha256"]
 
 
+
+def test_a_resumed_run_inside_the_warm_up_says_so_about_its_own_steps(dump, tmp_path, capsys):
+    common = ["--data", dump, "--batch-size", "4", "--no-eval", "--timing-warmup", "5"]
+    ck = str(tmp_path / "c.pt")
+    assert run_main("train_optimized", [*common, "--steps", "8", "--ckpt", ck])[0] == 0
+    capsys.readouterr()
+    assert run_main("train_optimized", [*common, "--steps", "10", "--ckpt", ck, "--resume"])[0] == 0
+    done = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("done:"))
+    assert done.startswith("done: 10 steps") and "this run's steps all fell within --timing-warmup 5" in done
+
 def test_bad_checkpoints_get_one_line_errors_and_are_not_overwritten(dump, tmp_path):
     common = ["--data", dump, "--batch-size", "4", "--steps", "3", *FAST]
     ck = tmp_path / "c.pt"
