@@ -243,15 +243,6 @@ def comparison_markdown(summary: dict, title: str = "Real-data suite: ROC AUC", 
             f"(1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}")
 
 
-def variants_table(results: dict) -> str:
-    """Markdown: mean ROC AUC and rank of classifier variants ({name: evaluate_suite result}), best first."""
-    from profile_utils import markdown_table
-    ranks = _ranks({name: r["per_task"] for name, r in results.items()})
-    rows = [[name, f"{r['roc_auc']:.4f}", f"{ranks[name]:.2f}", f"{r['seconds']:.1f}"]
-            for name, r in sorted(results.items(), key=lambda item: -item[1]["roc_auc"])]
-    return markdown_table(["variant", "mean ROC AUC", "mean rank among variants", "suite seconds"], rows)
-
-
 def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "Real-data suite: ROC AUC",
                      note: str = ""):
     """Writes comparison_markdown and the summary as JSON, atomically. Returns (md_path, json_path)."""

@@ -62,19 +62,6 @@ class ModelConfig:
         if not isinstance(self.grad_checkpoint, bool):
             raise ValueError(f"ModelConfig.grad_checkpoint must be a bool, got {self.grad_checkpoint!r}")
 
-    @classmethod
-    def from_dict(cls, stored: dict) -> "ModelConfig":
-        """A stored config of any version: retired speed switches map to today's or are dropped."""
-        stored = {k: v for k, v in stored.items() if k not in ("padded_attention", "sdpa_backend")}
-        if "checkpoint" in stored:
-            stored["grad_checkpoint"] = stored.pop("checkpoint")
-        attention = stored.get("attention", "mha")
-        stored["attention"] = {"torch": "mha", "flash": "sdpa"}.get(attention, attention)
-        unknown = sorted(set(stored) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown model_config field(s) {unknown}")
-        return cls(**stored)
-
 
 def padded_test_row_mask(num_rows_max: int, split: torch.Tensor, num_rows: torch.Tensor) -> torch.Tensor:
     """(R_max,) bool, True for the real test rows [split, num_rows) of a padded table (no host sync)."""
