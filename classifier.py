@@ -5,6 +5,7 @@ training rows; ensemble member k shifts the class indices by k mod K and, for k 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import warnings
@@ -23,6 +24,7 @@ INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
 INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (README)
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
 TRANSFORMS = ("none", "quantile")
+AUTOCASTS = ("off", "bf16")   # bf16: faster on CPUs with bf16 dot products (AVX512-BF16, AMX), slower elsewhere
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree
 Z_CLIP = 1e6                # standardised values are clipped here (the model clips at 100 std itself)
 
@@ -116,19 +118,20 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
 class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     """fit stores the cleaned training set; predict_proba runs the model on train + test rows per member.
 
-    device None keeps the model's; missing "indicator" adds a 0/1 column per feature with missing training cells
-    to the mean fill; features_per_estimator None (all) measured best on the real suite (README); random_state
-    seeds the subsample and subsets."""
+    device None keeps the model's; autocast "bf16" runs the forward under bf16 autocast; missing "indicator" adds a
+    0/1 column per feature with missing training cells to the mean fill; features_per_estimator None (all)
+    measured best on the real suite (README); random_state seeds the subsample and subsets."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
-                 missing: str = "mean", random_state: int = 0):
+                 missing: str = "mean", autocast: str = "off", random_state: int = 0):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators
         self.features_per_estimator = features_per_estimator
         self.max_train_rows = max_train_rows
         self.missing = missing
+        self.autocast = autocast
         self.random_state = random_state
 
     @classmethod
@@ -140,6 +143,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
+        if self.autocast not in AUTOCASTS:
+            raise ValueError(f"autocast must be one of {AUTOCASTS}, got {self.autocast!r}")
         for name in ("n_estimators", "max_train_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -229,7 +234,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         was_training = self.model.to(device).training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), (torch.autocast(device.type, dtype=torch.bfloat16) if self.autocast == "bf16"
+                                   else contextlib.nullcontext()):
                 chunks = [self._ensemble(X[i:i + TEST_CHUNK_ROWS], device)
                           for i in range(0, X.shape[0], TEST_CHUNK_ROWS)]
         finally:

@@ -76,6 +76,16 @@ def test_ensemble_averages_class_rotations():
     np.testing.assert_allclose(four.sum(1), 1.0, atol=1e-6)
 
 
+
+def test_bf16_autocast_is_close_to_fp32_and_really_runs():
+    model = make_model(5, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=6)
+    fp32 = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    bf16 = NanoTabPFNClassifier(model, autocast="bf16").fit(X_train, y_train).predict_proba(X_test)
+    assert bf16.dtype == np.float32 and not np.array_equal(bf16, fp32)     # the forward did run in bf16
+    np.testing.assert_allclose(bf16, fp32, rtol=0, atol=0.03)
+    np.testing.assert_allclose(bf16.sum(1), 1.0, atol=1e-6)
+
 def test_labels_of_any_type():
     model = make_model(11)
     X_train, y_train, X_test, _ = toy_data(num_classes=3, seed=1)
@@ -181,6 +191,7 @@ def test_bad_input_is_a_one_line_value_error():
     one_line_error(ValueError, clf.fit, X_train + 1j, y_train, match="Complex")
     one_line_error(ValueError, NanoTabPFNClassifier(clf.model, missing="median").fit, X_train, y_train, match="missing")
     one_line_error(ValueError, NanoTabPFNClassifier(clf.model, n_estimators=0).fit, X_train, y_train, match="n_estimators")
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, autocast="fp16").fit, X_train, y_train, match="autocast")
     clf.fit(X_train, y_train)
     one_line_error(ValueError, clf.predict, X_test[:, :3], match="3 features.*expecting 4")
     one_line_error(ValueError, clf.predict_proba, X_test[0], match="2-D")

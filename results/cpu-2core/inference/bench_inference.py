@@ -1,10 +1,12 @@
 """CPU inference of NanoTabPFNClassifier on a 500-row train / 1000-row test table: this repository's classifier
 beside an older classifier.py, alternating call by call in one process (this VM's speed drifts over minutes).
 
-    python results/cpu-2core/inference/bench_inference.py OLD_CLASSIFIER_PY CHECKPOINT
-fit + predict_proba at 5 and 16 features; 2 warm-up rounds, then 12 timed rounds; median and range.
+    python results/cpu-2core/inference/bench_inference.py OLD_CLASSIFIER_PY CHECKPOINT ['{"autocast": "bf16"}']
+fit + predict_proba at 5 and 16 features; 2 warm-up rounds, then 12 timed rounds; median and range. The optional
+JSON adds this repository's classifier with those parameters as a third entry.
 """
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -24,6 +26,8 @@ for features in (5, 16):
     y = (X[:, 0] + rng.normal(size=1500) > 0).astype(int)
     classifiers = {"new": NanoTabPFNClassifier.from_checkpoint(sys.argv[2]),
                    "old": old.NanoTabPFNClassifier(old.model_from_checkpoint(sys.argv[2]), device="cpu")}
+    if len(sys.argv) > 3:
+        classifiers[f"new {sys.argv[3]}"] = NanoTabPFNClassifier.from_checkpoint(sys.argv[2], **json.loads(sys.argv[3]))
     times = {name: [] for name in classifiers}
     probabilities = {}
     for round_ in range(14):
@@ -32,7 +36,7 @@ for features in (5, 16):
             probabilities[name] = clf.fit(X[:500], y[:500]).predict_proba(X[500:])
             if round_ >= 2:
                 times[name].append(time.perf_counter() - start)
-    gap = np.abs(probabilities["new"] - probabilities["old"]).max()
     for name, t in times.items():
+        gap = np.abs(probabilities[name] - probabilities["old"]).max()
         print(f"{name}: {features} features, {torch.get_num_threads()} threads: median {np.median(t):.3f} s "
-              f"[{min(t):.3f}-{max(t):.3f}] (max |p_new - p_old| {gap:.1e})", flush=True)
+              f"[{min(t):.3f}-{max(t):.3f}] (max |p - p_old| {gap:.1e})", flush=True)
