@@ -38,8 +38,9 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
     if unknown or missing:
         raise ValueError(f"checkpoint {path}: model_config has unknown field(s) {unknown} or lacks {missing}")
     try:
+        feature_attention = "sdpa" if attention == "mha" else INFERENCE_FEATURE_ATTENTION   # mha takes no choice
         model = NanoTabPFNModel(ModelConfig(**{name: config[name] for name in SIZE_FIELDS}, attention=attention,
-                                            feature_attention=INFERENCE_FEATURE_ATTENTION))
+                                            feature_attention=feature_attention))
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: bad model_config: {error}") from None
     try:   # names without torch.compile's "_orig_mod." and DDP's "module." prefixes

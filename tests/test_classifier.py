@@ -232,6 +232,7 @@ def test_from_checkpoint_round_trip_new_old_and_prefixed(tmp_path):
     assert {f: getattr(clf.model.config, f) for f in C.SIZE_FIELDS} == {**SMALL}
     assert clf.model.config.attention == C.INFERENCE_ATTENTION
     assert clf.model.config.feature_attention == C.INFERENCE_FEATURE_ATTENTION
+    assert C.model_from_checkpoint(path, attention="mha").config.attention == "mha"   # upstream's kernels still load
     np.testing.assert_allclose(clf.fit(X_train, y_train).predict_proba(X_test), expected, rtol=1e-5, atol=1e-6)
     # An old checkpoint's kernel-only keys, and a compiled model's "_orig_mod." prefixes.
     old = {**SMALL, "attention": "flash", "feature_attention": "broadcast", "padded_attention": "flex",
