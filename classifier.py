@@ -38,9 +38,10 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
     if unknown or missing:
         raise ValueError(f"checkpoint {path}: model_config has unknown field(s) {unknown} or lacks {missing}")
     try:
-        feature_attention = "sdpa" if attention == "mha" else INFERENCE_FEATURE_ATTENTION   # mha takes no choice
+        mha = attention == "mha"   # upstream's call takes neither kernel choice
         model = NanoTabPFNModel(ModelConfig(**{name: config[name] for name in SIZE_FIELDS}, attention=attention,
-                                            feature_attention=feature_attention))
+                                            feature_attention="sdpa" if mha else INFERENCE_FEATURE_ATTENTION,
+                                            last_layer_target_only=not mha))
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: bad model_config: {error}") from None
     try:   # names without torch.compile's "_orig_mod." and DDP's "module." prefixes

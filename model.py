@@ -25,14 +25,15 @@ FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 # Fields that set the model's size: a checkpoint's model is rebuilt from these.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
-SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint")
+SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_layer_target_only")
 
 
 @dataclass
 class ModelConfig:
     """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
     triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
-    torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass)."""
+    torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
+    (the last layer computes the target column only: the decoder reads nothing else; off "mha")."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -41,6 +42,7 @@ class ModelConfig:
     attention: str = "mha"
     feature_attention: str = "sdpa"
     grad_checkpoint: bool = False
+    last_layer_target_only: bool = False
 
     def __post_init__(self):
         for name in SIZE_FIELDS:
@@ -56,11 +58,14 @@ class ModelConfig:
         # No silent fallback: the "mha" path is upstream's nn.MultiheadAttention call and would ignore it.
         if self.attention == "mha" and self.feature_attention != "sdpa":
             raise ValueError(f"feature_attention={self.feature_attention!r} needs an attention other than 'mha'")
+        if self.attention == "mha" and self.last_layer_target_only:
+            raise ValueError("last_layer_target_only needs an attention other than 'mha'")
         # Inductor's flex_attention kernel needs a head size of at least 16.
         if self.attention == "flex" and self.embedding_size // self.num_attention_heads < 16:
             raise ValueError("attention='flex' needs a head size (embedding_size // num_attention_heads) >= 16")
-        if not isinstance(self.grad_checkpoint, bool):
-            raise ValueError(f"ModelConfig.grad_checkpoint must be a bool, got {self.grad_checkpoint!r}")
+        for name in ("grad_checkpoint", "last_layer_target_only"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
 
 def padded_test_row_mask(num_rows_max: int, split: torch.Tensor, num_rows: torch.Tensor) -> torch.Tensor:
@@ -164,11 +169,14 @@ class NanoTabPFNModel(nn.Module):
             src = torch.cat([x_emb, y_emb], dim=2)                                   # (B, R, C, E), upstream's
         else:
             src = torch.cat([x_emb.transpose(1, 2), y_emb.transpose(1, 2)], dim=1)  # (B, C, R, E): one copy
-        for block in self.transformer_blocks:
+        for i, block in enumerate(self.transformer_blocks):
+            # The decoder reads the target column only: the last layer may skip the feature columns.
+            target_only = self.config.last_layer_target_only and i == len(self.transformer_blocks) - 1
             if self.config.grad_checkpoint and torch.is_grad_enabled():
-                src = grad_checkpoint(block, src, *args, use_reentrant=False)  # keeps only the layer's input
+                # Keeps only the layer's input; the backward recomputes the rest.
+                src = grad_checkpoint(block, src, *args, target_only=target_only, use_reentrant=False)
             else:
-                src = block(src, *args)
+                src = block(src, *args, target_only=target_only)
         return src[:, :, -1] if mha else src[:, -1]
 
     def forward(self, src: tuple[torch.Tensor, torch.Tensor], train_test_split_index: int) -> torch.Tensor:
@@ -289,15 +297,18 @@ class TransformerEncoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(embedding_size, eps=layer_norm_eps)
 
     def forward(self, src: torch.Tensor, train_test_split_index: int | None, row_keys: torch.Tensor | None = None,
-                column_keys: torch.Tensor | None = None, block_mask=None) -> torch.Tensor:
-        """src (B, R, C, E) on "mha", else (B, C, R, E), and the same out. Unpadded tables pass S; padded ones
-        None and the (R,) / (C,) bool keys of the two attentions (and on "flex" the BlockMask of row_keys)."""
-        src = self.norm1(self._attend_features(src, column_keys) + src)
+                column_keys: torch.Tensor | None = None, block_mask=None, target_only: bool = False) -> torch.Tensor:
+        """src (B, R, C, E) on "mha", else (B, C, R, E), and the same out, or (B, 1, R, E) with target_only (the
+        last column's rows only). Unpadded tables pass S; padded ones None and the (R,) / (C,) bool keys of the two
+        attentions (and on "flex" the BlockMask of row_keys)."""
+        features = self._attend_features(src, column_keys, target_only)
+        src = self.norm1(features + (src[:, -1:] if target_only else src))
         src = self.norm2(self._attend_datapoints(src, train_test_split_index, row_keys, block_mask) + src)
         return self.norm3(self.linear2(F.gelu(self.linear1(src))) + src)
 
-    def _attend_features(self, src: torch.Tensor, column_keys: torch.Tensor | None) -> torch.Tensor:
-        """Each row's C cells attend to each other."""
+    def _attend_features(self, src: torch.Tensor, column_keys: torch.Tensor | None,
+                         target_only: bool = False) -> torch.Tensor:
+        """Each row's C cells attend to each other; with target_only the target cell alone queries (Cq = 1)."""
         attention = self.self_attention_between_features
         if self.attention == "mha":
             batch_size, rows, columns, embedding = src.shape
@@ -308,18 +319,21 @@ class TransformerEncoderLayer(nn.Module):
         batch_size, columns, rows, embedding = src.shape
         heads = attention.num_heads
         q, k, v = in_projection(attention, src)                              # (B, C, R, H, D) each
+        if target_only:
+            q = q[:, -1:]                                                    # (B, 1, R, H, D)
+        queries = q.shape[1]
         if self.feature_attention == "broadcast":
-            out = broadcast_attention(q, k, v, column_keys)                  # (B, C, R, H, D), no copies
+            out = broadcast_attention(q, k, v, column_keys)                  # (B, Cq, R, H, D), no copies
         else:
             # SDPA and the batched matmuls want one (C, D) matrix per row and head: (B*R, H, C, D) copies.
-            q, k, v = (t.permute(0, 2, 3, 1, 4).reshape(batch_size * rows, heads, columns, -1) for t in (q, k, v))
+            q, k, v = (t.permute(0, 2, 3, 1, 4).reshape(batch_size * rows, heads, t.shape[1], -1) for t in (q, k, v))
             if self.feature_attention == "matmul":
                 out = matmul_attention(q, k, v, column_keys)
             else:
                 mask = None if column_keys is None else column_keys.view(1, 1, 1, columns)
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            out = out.view(batch_size, rows, heads, columns, -1).permute(0, 3, 1, 2, 4)  # (B, C, R, H, D)
-        out = out.reshape(batch_size, columns, rows, embedding)
+            out = out.view(batch_size, rows, heads, queries, -1).permute(0, 3, 1, 2, 4)  # (B, Cq, R, H, D)
+        out = out.reshape(batch_size, queries, rows, embedding)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,

@@ -130,7 +130,8 @@ def test_default_size_and_upstream_parameter_names():
     model = NanoTabPFNModel()
     assert dataclasses.asdict(model.config) == dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192,
                                                    num_layers=3, num_outputs=2, attention="mha",
-                                                   feature_attention="sdpa", grad_checkpoint=False)
+                                                   feature_attention="sdpa", grad_checkpoint=False,
+                                                   last_layer_target_only=False)
     expected = ["feature_encoder.linear_layer.weight", "feature_encoder.linear_layer.bias",
                 "target_encoder.linear_layer.weight", "target_encoder.linear_layer.bias"]
     expected += [f"transformer_blocks.{i}.{n}" for i in range(3) for n in UPSTREAM_LAYER_NAMES]
@@ -138,7 +139,7 @@ def test_default_size_and_upstream_parameter_names():
     assert sorted(model.state_dict()) == sorted(expected)
     for cfg in (dict(attention="sdpa"), dict(attention="sdpa", feature_attention="matmul"), dict(grad_checkpoint=True),
                 dict(attention="sdpa", feature_attention="broadcast"),
-                dict(attention="flex"), dict(attention="sdpa")):
+                dict(attention="flex"), dict(attention="sdpa", last_layer_target_only=True)):
         assert list(NanoTabPFNModel(**cfg).state_dict()) == list(model.state_dict())
     x, y = make_inputs(2, 30, 4, 10)
     assert model((x, y[:, :10]), 10).shape == (2, 20, 2)
@@ -158,6 +159,8 @@ def test_config_errors():
         NanoTabPFNModel(embedding_size=10, num_attention_heads=4)
     with pytest.raises(ValueError, match="grad_checkpoint"):
         NanoTabPFNModel(grad_checkpoint="yes")
+    with pytest.raises(ValueError, match="other than 'mha'"):
+        NanoTabPFNModel(last_layer_target_only=True)
     with pytest.raises(ValueError, match="positive int"):
         ModelConfig(num_layers=0)
     with pytest.raises(TypeError):
@@ -235,6 +238,22 @@ def test_checkpointing_changes_nothing(path):
     assert_same(*loss_and_grads(a, x, y, 13), *loss_and_grads(b, x, y, 13), torch.float64)
 
 
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("path", [dict(attention="sdpa"), dict(attention="sdpa", feature_attention="matmul"),
+                                  dict(attention="sdpa", feature_attention="broadcast"),
+                                  dict(attention="sdpa", grad_checkpoint=True)])
+def test_last_layer_target_only_changes_nothing_and_skips_the_feature_columns(path, size):
+    batch, rows, features, split = size
+    x, y = make_inputs(batch, rows, features, split, dtype=torch.float64)
+    a = make_model(6, torch.float64, **path)
+    b = make_model(6, torch.float64, last_layer_target_only=True, **path)
+    assert_same(*loss_and_grads(a, x, y, split), *loss_and_grads(b, x, y, split), torch.float64)
+    shapes = []
+    b.transformer_blocks[-1].register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
+    b((x, y[:, :split]), split)
+    assert shapes == [(batch, 1, rows, SMALL["embedding_size"])]   # one column of R rows, not features + 1
+
+
 # ---------------------------------------------------------------- static-shape forward
 
 
@@ -261,7 +280,8 @@ def padded_loss_and_grads(model, xp, yp, split, rows, features):
 
 
 PATHS = [dict(attention="mha"), dict(attention="sdpa"), dict(attention="sdpa", feature_attention="matmul"),
-         dict(attention="sdpa", feature_attention="broadcast"), dict(attention="sdpa", grad_checkpoint=True)]
+         dict(attention="sdpa", feature_attention="broadcast"), dict(attention="sdpa", grad_checkpoint=True),
+         dict(attention="sdpa", feature_attention="broadcast", last_layer_target_only=True)]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -358,7 +378,7 @@ def test_cuda_paths_fp32_and_bf16():
     t = lambda v: torch.tensor(v, device=device)
     with torch.no_grad():
         base = ref((x, y[:, :120]), 120)
-        for path in PATHS[1:4]:   # flash with sdpa, matmul and broadcast feature attention
+        for path in PATHS[1:4] + PATHS[5:]:   # flash with sdpa, matmul, broadcast; the last layer's target only
             model = make_model(9, **path).to(device)
             model.load_state_dict(ref.state_dict())
             torch.testing.assert_close(model((x, y[:, :120]), 120), base, rtol=1e-3, atol=1e-3)
