@@ -1,14 +1,12 @@
 """Which kvikio path the .bin loader really runs: gds, cufile-compat, kvikio-posix, or memmap without kvikio.
-
-kvikio is optional (kvikio-cu13 on the GPU machine only) and imported lazily; loaders.py asks here.
-"""
+kvikio is optional (kvikio-cu13 on the GPU machine only) and imported lazily; loaders.py asks here."""
 from __future__ import annotations
 
 
 def import_kvikio():
     """Returns (kvikio module or None, one-line reason when missing)."""
     try:
-        import kvikio  # noqa: F401
+        import kvikio
         import kvikio.defaults  # noqa: F401
         return kvikio, ""
     except Exception as exc:  # ImportError, or OSError/RuntimeError from a broken libkvikio
@@ -32,9 +30,8 @@ def kvikio_io_path(kvikio) -> tuple[str, str]:
     """("gds" | "cufile-compat" | "kvikio-posix", why) for reads into CUDA memory: gds only when kvikio is not
     in compat mode and the cuFile driver reports GPUDirect Storage; `why` never says "GDS" for another path."""
     defaults = kvikio.defaults
-    # CompatMode.ON/OFF/AUTO on new kvikio versions, a bool on old ones.
-    mode = defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()
-    mode_name = getattr(mode, "name", str(mode))
+    mode = defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()  # old kvikio
+    mode_name = getattr(mode, "name", str(mode))  # CompatMode.ON/OFF/AUTO, or a bool on old kvikio
     try:
         preferred = bool(defaults.is_compat_mode_preferred())
     except Exception:
@@ -80,9 +77,8 @@ def check_direct_io(kvikio, path: str, io_path: str, why: str) -> tuple[str, str
     checks the real file so the reported path is honest."""
     handle = kvikio.CuFile(path, "r")
     try:
-        direct = handle.is_direct_io_supported() if hasattr(handle, "is_direct_io_supported") else True
+        if not hasattr(handle, "is_direct_io_supported") or handle.is_direct_io_supported():
+            return io_path, why
     finally:
         handle.close()
-    if direct:
-        return io_path, why
     return "kvikio-posix", f"{path} cannot be opened with O_DIRECT (file system), so kvikio reads it through POSIX"

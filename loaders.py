@@ -6,6 +6,8 @@ loop never changes; describe()["path"] says what really runs. Close loaders that
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import queue
 import threading
@@ -56,9 +58,8 @@ class _Slice(NamedTuple):
 
 
 class _Ring:
-    """`depth` slots of flat buffers (pinned on the host, or CUDA), allocated once at the largest batch since
-    page-locking is a slow driver call, and one event per slot: a slot is rewritten only after the event
-    recorded behind the last copy out of it fired (the caching allocator guards frees, not our rewrites)."""
+    """`depth` slots of flat buffers (pinned host or CUDA) allocated once (page-locking is slow), one event per slot:
+    a slot is rewritten only after the last copy out of it ran (the allocator guards frees, not our rewrites)."""
 
     def __init__(self, depth: int, numels, dtype=torch.float32, device="cpu"):
         host = torch.device(device).type == "cpu"
@@ -143,13 +144,63 @@ class _MemmapSource:
         self.X = self.y = None  # np.memmap has no close(): unmapped once nothing views it
 
 
+class _Prefetcher:
+    """One daemon thread runs the generator `produce(first_step, stop)` into a bounded queue (one: h5py serialises
+    every call behind a lock; the bound caps memory). A reader's exception is queued as the item."""
+
+    def __init__(self, produce, first_step: int, depth: int, name: str):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(produce, first_step), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, produce, first_step):
+        items = produce(first_step, self._stop)
+        try:
+            for item in items:
+                if not self._put(item):
+                    return
+        except BaseException as exc:  # re-raised in the consumer, with its message
+            self._put(exc)
+        finally:
+            items.close()  # runs the producer's finally: closes its files
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.05)
+                return True
+        return False
+
+    def get(self):
+        """Next item; re-raises the reader thread's exception (again on every later call)."""
+        while self._failure is None:
+            try:
+                item = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("loader reader thread stopped without a result")
+                continue
+            if not isinstance(item, BaseException):
+                return item
+            self._failure = item
+        raise self._failure
+
+    def close(self, timeout: float = 30.0):
+        self._stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:  # unblock a put() waiting on a full queue
+                self._queue.get_nowait()
+        self._thread.join(timeout)
+
+
 class Loader:
-    """Base of every loader: an infinite iterator of Batch with a resumable position.
+    """Base of every loader: an infinite iterator of Batch with a resumable position. Subclasses implement
+    `_fetch(step)`; threaded ones also `_produce(first_step, stop)`, a generator of (step, ...) items."""
 
-    Subclasses implement `_fetch(step)`; those with a reader thread also `_start_workers` / `_stop_workers`.
-    """
-
-    source = ring = None  # closed by close(), ring first
+    source = ring = _prefetcher = None  # ring and source are closed by close(), ring first
+    threaded, depth = False, 1
 
     def __init__(self, info: DumpInfo, batch_size: int, device: torch.device, *, loader_name: str,
                  data_path: str = "", start: int = 0, rank: int = 0, world_size: int = 1, consumed: int = 0):
@@ -186,9 +237,6 @@ class Loader:
                   flush=True)
         return batch
 
-    def _fetch(self, step: int) -> Batch:
-        raise NotImplementedError
-
     def describe(self) -> dict:
         """{"loader": requested kind and flags, "path": what really runs, "notes": one-line notices}."""
         return {"loader": self.loader_name, "path": self.data_path, "notes": list(self.notes)}
@@ -209,10 +257,19 @@ class Loader:
         self._start_workers()
 
     def _start_workers(self) -> None:
-        pass
+        if self.threaded:
+            self._prefetcher = _Prefetcher(self._produce, self.consumed, self.depth,
+                                           name=f"loader-reader-{self.data_path}")
 
     def _stop_workers(self) -> None:
-        pass
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def _next_item(self, step: int):
+        item = self._prefetcher.get()
+        assert item[0] == step, f"reader thread is at step {item[0]}, consumer at {step}"
+        return item[1:]
 
     def close(self) -> None:
         """Stops background threads and closes files; the loader cannot be iterated afterwards."""
@@ -237,124 +294,6 @@ class Loader:
             pass
 
 
-class _SyncLoader(Loader):
-    """Reads a batch on the calling thread, then a synchronous .to(device) (the baseline)."""
-
-    def __init__(self, info, batch_size, device, *, source_factory, **kw):
-        super().__init__(info, batch_size, device, **kw)
-        self.source = source_factory()
-
-    def _fetch(self, step: int) -> Batch:
-        s = self._slice(step)
-        x, y = self.source.read(s.first, self.batch_size, s.rows, s.feats)
-        # Synchronous copies from pageable memory: the host waits for each transfer (the baseline).
-        return Batch(torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device), s.split, s.wrapped)
-
-
-class _PinnedLoader(_SyncLoader):
-    """h5py read_direct into the pinned ring, then non_blocking copies on the compute stream (CUDA only)."""
-
-    def __init__(self, info, batch_size, device, *, prefetch, **kw):
-        super().__init__(info, batch_size, device, data_path="h5py+pinned", **kw)
-        self.depth = max(1, int(prefetch))
-        B, R, F = self.batch_size, info.rows, info.features
-        self.ring = _Ring(self.depth, (B * R * F, B * R))
-
-    def _fetch(self, step: int) -> Batch:
-        s = self._slice(step)
-        k = step % self.depth
-        # Host waits only if the copy issued from this slot `depth` steps ago is still in flight.
-        x_host, y_host = _views(*self.ring.acquire(k), self.batch_size, s.rows, s.feats)
-        self.source.read_into(x_host.numpy(), y_host.numpy(), s.first, s.rows, s.feats)
-        # Page-locked source: the DMA is asynchronous; queued on the compute stream, so kernels using
-        # x/y run after it lands.
-        x = x_host.to(self.device, non_blocking=True)
-        y = y_host.to(self.device, non_blocking=True)
-        self.ring.release(k)
-        return Batch(x, y, s.split, s.wrapped)
-
-
-class _Prefetcher:
-    """One daemon reader thread running `produce(first_step, stop)` into a bounded queue.
-
-    One thread: h5py serialises every call behind a global lock. The queue bound caps memory and
-    lets close() stop a thread blocked on a full queue. A reader's exception is queued as the item.
-    """
-
-    def __init__(self, produce, first_step: int, depth: int, name: str):
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(produce, first_step), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, produce, first_step):
-        items = None
-        try:
-            items = produce(first_step, self._stop)
-            for item in items:
-                if not self._put(item):
-                    return
-        except BaseException as exc:  # re-raised in the consumer, with its message
-            self._put(exc)
-        finally:
-            if items is not None:
-                items.close()  # runs the producer's finally: closes its files
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def get(self):
-        """Next item; re-raises the reader thread's exception (again on every later call)."""
-        while self._failure is None:
-            try:
-                item = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                if not self._thread.is_alive() and self._queue.empty():
-                    raise RuntimeError("loader reader thread stopped without a result")
-                continue
-            if not isinstance(item, BaseException):
-                return item
-            self._failure = item
-        raise self._failure
-
-    def close(self, timeout: float = 30.0):
-        self._stop.set()
-        while True:  # unblock a put() waiting on a full queue
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout)
-
-
-class _ThreadedLoader(Loader):
-    """A loader whose batches come from a `_produce(first_step, stop)` generator on one reader thread."""
-
-    depth = 1
-    _prefetcher: _Prefetcher | None = None
-
-    def _start_workers(self):
-        self._prefetcher = _Prefetcher(self._produce, self.consumed, self.depth,
-                                       name=f"loader-reader-{self.data_path}")
-
-    def _stop_workers(self):
-        if self._prefetcher is not None:
-            self._prefetcher.close()
-            self._prefetcher = None
-
-    def _next_item(self, step: int):
-        item = self._prefetcher.get()
-        assert item[0] == step, f"reader thread is at step {item[0]}, consumer at {step}"
-        return item[1:]
-
-
 def _wait_for_side_copy(device, ready, *tensors) -> None:
     """Makes the compute stream wait (on the GPU, the host does not block) for a side-stream copy."""
     compute = torch.cuda.current_stream(device)
@@ -365,24 +304,49 @@ def _wait_for_side_copy(device, ready, *tensors) -> None:
         t.record_stream(compute)
 
 
-class _StreamLoader(_ThreadedLoader):
-    """A reader thread fills host buffers and copies them on a side CUDA stream, `prefetch` batches ahead.
+class _SourceLoader(Loader):
+    """h5py or memmap reads, then copies: baseline (fresh arrays, synchronous .to), pinned (ring, non_blocking
+    copies) and/or threaded (a reader thread `prefetch` batches ahead, copies on a side stream; CPU: reads only)."""
 
-    pinned: reads go into the pinned ring, copies are asynchronous; otherwise pageable arrays, which the
-    driver stages synchronously. On CPU (memmap source only) the thread just reads ahead.
-    """
+    _side = None  # the reader thread's CUDA stream
 
-    def __init__(self, info, batch_size, device, *, source_factory, pinned, prefetch, **kw):
+    def __init__(self, info, batch_size, device, *, source_factory, pinned, threaded, prefetch, **kw):
         super().__init__(info, batch_size, device, **kw)
-        self.pinned = bool(pinned) and self.cuda
+        self.pinned, self.threaded = bool(pinned) and self.cuda, bool(threaded)
         self.depth = max(1, int(prefetch))
         self._source_factory = source_factory
-        B, R, F = self.batch_size, info.rows, info.features
-        if self.cuda:
+        if not self.threaded:
+            self.source = source_factory()
+        elif self.cuda:
             self._side = torch.cuda.Stream(device=device)  # copies overlap the compute stream's kernels
         if self.pinned:
+            B, R, F = self.batch_size, info.rows, info.features
             self.ring = _Ring(self.depth, (B * R * F, B * R))
         self._start_workers()
+
+    def _read(self, source, step: int, side=None):
+        """Reads batch `step` and starts its copy to the device, on `side` (the reader thread's stream) or the
+        current stream; returns (x, y, ready: the side copy's event or None, split, wrapped)."""
+        s, k = self._slice(step), step % self.depth
+        if self.pinned:
+            # Blocks the reading thread until the copy issued from slot k `depth` steps ago has run.
+            x, y = _views(*self.ring.acquire(k), self.batch_size, s.rows, s.feats)
+            source.read_into(x.numpy(), y.numpy(), s.first, s.rows, s.feats)
+        else:
+            x, y = (torch.from_numpy(a) for a in source.read(s.first, self.batch_size, s.rows, s.feats))
+        ready = None
+        if self.cuda:
+            with torch.cuda.stream(side):  # side is None: the current (compute) stream
+                # Page-locked source: an asynchronous DMA, queued on this stream, so kernels using x/y run after
+                # it lands. Pageable + non_blocking: the driver stages it; the baseline copies synchronously.
+                x = x.to(self.device, non_blocking=self.pinned or self.threaded)
+                y = y.to(self.device, non_blocking=self.pinned or self.threaded)
+                if side is not None:
+                    ready = torch.cuda.Event()
+                    ready.record(side)  # the consumer's compute stream waits on this
+            if self.pinned:
+                self.ring.release(k, side)
+        return x, y, ready, s.split, s.wrapped
 
     def _produce(self, first_step: int, stop: threading.Event):
         """Reader thread: read batch `step`, start its copy to the GPU, hand it over."""
@@ -390,46 +354,26 @@ class _StreamLoader(_ThreadedLoader):
             torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
         source = self._source_factory()
         try:
-            step, B = first_step, self.batch_size
+            step = first_step
             while not stop.is_set():
-                s = self._slice(step)
-                k = step % self.depth
-                if self.pinned:
-                    # Blocks this thread (not the training loop) until slot k's last copy has run.
-                    x_host, y_host = _views(*self.ring.acquire(k), B, s.rows, s.feats)
-                    source.read_into(x_host.numpy(), y_host.numpy(), s.first, s.rows, s.feats)
-                else:
-                    x_host, y_host = (torch.from_numpy(a) for a in source.read(s.first, B, s.rows, s.feats))
-                x, y, ready = x_host, y_host, None
-                if self.cuda:
-                    with torch.cuda.stream(self._side):
-                        # Allocated on and copied by the side stream (asynchronous from pinned memory).
-                        x = x_host.to(self.device, non_blocking=True)
-                        y = y_host.to(self.device, non_blocking=True)
-                        ready = torch.cuda.Event()
-                        ready.record(self._side)  # the consumer's compute stream waits on this
-                    if self.pinned:
-                        self.ring.release(k, self._side)
-                yield step, x, y, ready, s.split, s.wrapped
+                yield (step, *self._read(source, step, self._side))
                 step += 1
         finally:
             source.close()
 
     def _fetch(self, step: int) -> Batch:
-        x, y, ready, split, wrapped = self._next_item(step)
-        if self.cuda:
+        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._read(self.source, step)
+        if ready is not None:
             _wait_for_side_copy(self.device, ready, x, y)
         return Batch(x, y, split, wrapped)
 
 
-class _KvikioLoader(_ThreadedLoader):
-    """kvikio reads whole batch spans of the .bin files (one pread per array per batch) on a reader thread.
+class _KvikioLoader(Loader):
+    """A reader thread has kvikio read whole batch spans of the .bin files (one pread per array) into slot k of:
+    target="device": CUDA slots; the consumer copies the batch out, releases the slot behind that copy, returns a token;
+    target="host": pinned slots, value-checked, copied whole on a side stream, sliced after waiting for that copy."""
 
-    target="device" (gds): spans land in a ring of CUDA slots by DMA; the consumer copies the batch out
-        of slot k on the compute stream, releases the slot behind that copy and returns a token.
-    target="host": spans land in the pinned ring (kvikio's POSIX reads), are value-checked, copied whole
-        on a side stream, and sliced on the compute stream after waiting for the copy's event.
-    """
+    threaded = True
 
     def __init__(self, info, batch_size, device, *, meta, kvikio, target, prefetch, threads, **kw):
         super().__init__(info, batch_size, device, **kw)
@@ -457,16 +401,13 @@ class _KvikioLoader(_ThreadedLoader):
         """(B * stride) bytes -> (B, width) float32 view without the padding of each record."""
         return flat.view(torch.float32).view(self.batch_size, stride // 4)[:, :width]
 
-    def _task_size(self, nbytes: int) -> int:
-        """Tasks of >= 1 MiB so several kvikio threads share one span."""
-        return max(1 << 20, record_stride_bytes(-(-nbytes // max(1, self.threads)), 1, 1))
-
     def _read_span(self, files, k: int, s: _Slice) -> None:
         nx, ny = self.batch_size * self._x_stride, self.batch_size * self._y_stride
         io_x, io_y = self._io[k]
-        # Both arrays in flight at once on kvikio's thread pool.
-        fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, self._task_size(nx))
-        fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, self._task_size(ny))
+        # Both arrays in flight at once on kvikio's thread pool, in tasks of >= 1 MiB so several threads share one.
+        task = [max(1 << 20, record_stride_bytes(-(-n // max(1, self.threads)), 1, 1)) for n in (nx, ny)]
+        fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, task[0])
+        fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, task[1])
         got_x, got_y = fut_x.get(), fut_y.get()  # blocks this thread until the bytes landed
         if got_x != nx or got_y != ny:
             raise DumpError(f"{self.meta['x_path']}: short read at dataset {s.first} "
@@ -478,16 +419,13 @@ class _KvikioLoader(_ThreadedLoader):
             check_values(self.meta["x_path"], x, y, s.first, self.info.max_num_classes)
 
     def _produce(self, first_step: int, stop: threading.Event):
-        """Reader thread: one pread per array per batch into slot step % depth."""
-        torch.cuda.set_device(self.device)
+        torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
         files = (self._kvikio.CuFile(self.meta["x_path"], "r"), self._kvikio.CuFile(self.meta["y_path"], "r"))
         try:
             step = first_step
-            while True:
-                if self.target == "device":
-                    while not self._tokens.acquire(timeout=0.05):
-                        if stop.is_set():
-                            return
+            while not stop.is_set():
+                if self.target == "device" and not self._tokens.acquire(timeout=0.05):
+                    continue  # no token: every slot still holds a batch the consumer has not copied out
                 if stop.is_set():
                     return
                 s, k = self._slice(step), step % self.depth
@@ -586,9 +524,8 @@ def _free_memory_bytes(device: torch.device) -> int:
 
 def ensure_bin(info: DumpInfo, *, bin_dir=None, no_convert: bool = False, verify: bool = True,
                notes: list | None = None, progress: bool = True) -> dict:
-    """The sidecar (with x_path / y_path) of a valid .bin conversion, (re)converting a missing or damaged one
-    unless no_convert; verify: check every block's crc32; notes receives one-line notices. Raises
-    BinFormatError / DumpError (one line); a newer format version is never overwritten."""
+    """The sidecar of a valid .bin conversion (crc32-checked if verify), (re)converting a missing or damaged one
+    unless no_convert (never a newer version); notices go to notes. Raises BinFormatError / DumpError (one line)."""
     sidecar = bin_paths(info.path, bin_dir)[2]
     notes = notes if notes is not None else []
     try:
@@ -648,21 +585,18 @@ def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | No
 
 
 def _make_h5_loader(info, batch_size, device, config: LoaderConfig, common) -> Loader:
-    pinned, streams, prefetch = config.pinned, config.streams, config.prefetch
+    cuda, pinned, streams = device.type == "cuda", config.pinned, config.streams
     name = "h5" + ("+pinned" if pinned else "") + ("+streams" if streams else "")
-    name += f"(prefetch={prefetch})" if (pinned or streams) else ""
-    h5 = dict(loader_name=name, source_factory=lambda: _H5Source(info), **common)
-    if device.type != "cuda" or not (pinned or streams):
-        loader = _SyncLoader(info, batch_size, device, data_path="h5py+sync-copy", **h5)
-        for flag, on, missing in (("pinned", pinned, "no page-locked copies"), ("streams", streams, "no CUDA streams")):
-            if on and device.type != "cuda":
-                loader.notes.append(f"--{flag}: no effect without CUDA ({missing} on CPU); running the baseline path")
-        return loader
-    if not streams:
-        return _PinnedLoader(info, batch_size, device, prefetch=prefetch, **h5)
-    loader = _StreamLoader(info, batch_size, device, pinned=pinned, prefetch=prefetch,
-                           data_path="h5py+pinned+streams" if pinned else "h5py+pageable+streams", **h5)
-    if not pinned:
+    name += f"(prefetch={config.prefetch})" if (pinned or streams) else ""
+    path = ("h5py+sync-copy" if not cuda or not (pinned or streams) else "h5py+pinned" if not streams
+            else "h5py+pinned+streams" if pinned else "h5py+pageable+streams")
+    loader = _SourceLoader(info, batch_size, device, loader_name=name, data_path=path, pinned=pinned and cuda,
+                           threaded=streams and cuda, prefetch=config.prefetch,
+                           source_factory=lambda: _H5Source(info), **common)
+    for flag, on, missing in (("pinned", pinned, "no page-locked copies"), ("streams", streams, "no CUDA streams")):
+        if on and not cuda:
+            loader.notes.append(f"--{flag}: no effect without CUDA ({missing} on CPU); running the baseline path")
+    if cuda and streams and not pinned:
         loader.notes.append("--streams without --pinned: pageable host memory, so the driver stages "
                             "each side-stream copy synchronously (less overlap); add --pinned for "
                             "asynchronous copies")
@@ -680,12 +614,9 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, common
             f"resident: dump ({need / 2**30:.2f} GiB) held in host memory (CPU device: there are no "
             f"host-to-device copies to save)")
         return loader
-    h5 = dict(loader_name="resident", source_factory=lambda: _H5Source(info), **common)
-    if cuda:
-        loader = _StreamLoader(info, batch_size, device, pinned=True, prefetch=config.prefetch,
-                               data_path="h5py+pinned+streams", **h5)
-    else:
-        loader = _SyncLoader(info, batch_size, device, data_path="h5py+sync-copy", **h5)
+    # Too big: the pinned+streams h5 path on CUDA, the baseline on CPU.
+    loader = _make_h5_loader(info, batch_size, device, dataclasses.replace(config, pinned=cuda, streams=cuda), common)
+    loader.loader_name = "resident"
     loader.notes.append(f"resident: dump needs {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of "
                         f"{'GPU' if cuda else 'host'} memory is free (keeping 50% headroom); falling back "
                         f"to the {'pinned+streams' if cuda else 'baseline'} path")
@@ -720,9 +651,9 @@ def _make_bin_loader(info, batch_size, device, config: LoaderConfig, common) -> 
         notes.append(f"bin: path {io_path} ({why}); {config.kvikio_threads} kvikio threads read whole "
                      f"batch spans {where}, {config.prefetch} deep")
     else:
-        loader = _StreamLoader(info, batch_size, device, loader_name=name, pinned=cuda, data_path=io_path,
-                               prefetch=config.prefetch, source_factory=lambda: _MemmapSource(info, meta),
-                               **common)
+        loader = _SourceLoader(info, batch_size, device, loader_name=name, data_path=io_path, pinned=cuda,
+                               threaded=True, prefetch=config.prefetch,
+                               source_factory=lambda: _MemmapSource(info, meta), **common)
         notes.append(f"bin: path {io_path} ({why})")
     if config.pinned or config.streams:
         notes.append("bin: --pinned/--streams are built into this path (reader thread + ring buffers); "
