@@ -2,6 +2,7 @@
 import io
 import os
 import pickle
+import pickletools
 import random
 import signal
 import warnings
@@ -12,7 +13,7 @@ import torch
 from dump_format import metadata_sha256
 from graphed_step import inference_state_dict, unwrap
 from model import SPEED_ONLY_FIELDS
-from safe_io import atomic_output
+from safe_io import write_bytes_atomic
 
 CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (the learning rate) and the dump's content digest to "data"
 
@@ -52,7 +53,6 @@ def read_checkpoint(path) -> dict:
 
 def _names_objects(path) -> bool:
     """Whether a raw pickle names a class or function (read with pickletools: nothing is executed)."""
-    import pickletools
     try:
         with open(path, "rb") as f:
             return any(op.name in ("GLOBAL", "STACK_GLOBAL", "INST", "OBJ") for op, _, _ in pickletools.genops(f))
@@ -60,14 +60,11 @@ def _names_objects(path) -> bool:
         return False
 
 
-def dump_identity(info, content_digest: str = "") -> dict:
-    """What a checkpoint must match to resume on a dump: shapes, a metadata hash and, if given, a values digest."""
-    digest = metadata_sha256(info.num_features, info.num_datapoints, info.splits)
-    identity = {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
-                "metadata_sha256": digest[:16]}
-    if content_digest:
-        identity["content"] = content_digest
-    return identity
+def dump_identity(info, content_digest: str) -> dict:
+    """What a checkpoint must match to resume on a dump: shapes, a metadata hash and a values digest."""
+    return {"num_datasets": int(info.num_datasets), "rows": int(info.rows), "features": int(info.features),
+            "metadata_sha256": metadata_sha256(info.num_features, info.num_datapoints, info.splits)[:16],
+            "content": content_digest}
 
 
 def rng_state() -> dict:
@@ -98,14 +95,11 @@ def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list
     state = {"format": CHECKPOINT_FORMAT, "model_config": meta["model_config"],
              "model": inference_state_dict(model, optimizer), "data": meta["data"], "optimizer": meta["optimizer"],
              "global_batch": meta["global_batch"], "hparams": meta["hparams"], "step": step,
-             "train_state": {"model": weights, "optimizer": optimizer.state_dict(),
-                             "loader": loader.state_dict(), "rng": rng_state(), "losses": list(losses),
-                             "train_seconds": train_seconds}}
+             "train_state": {"model": weights, "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
+                             "rng": rng_state(), "losses": list(losses), "train_seconds": train_seconds}}
     buffer = io.BytesIO()
     torch.save(state, buffer)   # serialised in memory: torch's writer hides disk-full errors as RuntimeError
-    with atomic_output(path, "checkpoint") as tmp:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
+    write_bytes_atomic(path, buffer.getbuffer(), "checkpoint")
 
 
 def load_checkpoint(path: str, meta: dict) -> dict:

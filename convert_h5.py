@@ -1,9 +1,6 @@
-"""Converts a nanoTabPFN HDF5 dump to the .bin records of dump_format (for kvikio / GPUDirect Storage).
-
-    python convert_h5.py data/prior.h5 [--verify] [--out-dir /nvme] [--force]
-
-Streams ~64 MB chunks; atomic (temp names, rename, sidecar last); one converter per dump (a lock file).
-"""
+"""Converts a nanoTabPFN HDF5 dump to the .bin records of dump_format (for kvikio / GPUDirect Storage):
+`python convert_h5.py data/prior.h5 [--verify] [--out-dir /nvme] [--force]`. Streams ~64 MB chunks; atomic
+(temp names, rename, sidecar last); one converter per dump (a lock file)."""
 from __future__ import annotations
 
 import os
@@ -99,24 +96,10 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, progress:
     return {k: c.blocks for k, c in crc.items()}
 
 
-def _up_to_date(info: DumpInfo, sidecar: str, progress: bool) -> bool:
-    """True when the conversion exists with matching checksums; False when it must be redone."""
-    try:
-        fmt.verify_bin_checksums(fmt.read_sidecar(sidecar, info))
-        return True
-    except BinFormatError as exc:
-        if exc.reason == "newer":
-            raise BinFormatError(f"{exc}; pass --force to overwrite", exc.reason) from None
-        if exc.reason != "missing" and progress:
-            print(f"convert_h5: {exc.reason} conversion ({exc}); converting again", flush=True)
-        return False
-
-
 def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verify: bool = False,
             progress: bool = True, force: bool = True) -> dict:
-    """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json` (in out_dir, default next to the
-    dump) under the conversion lock; see main() for the options. Returns the stats dict (x_bin, bytes_written,
-    mb_per_s, skipped, ...). Raises DumpError, safe_io.OutputError (no space, disk full), ConvertError."""
+    """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json` (in out_dir, default beside it) under
+    the conversion lock; returns stats (x_bin, bytes_written, mb_per_s, skipped, ...). Options: see main()."""
     t0 = time.perf_counter()
     info = fmt.open_dump(dump_path, scan_values=False)  # values are checked chunk by chunk below
     x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)
@@ -130,8 +113,15 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
     stats = {"dump": info.path, "x_bin": x_bin, "y_bin": y_bin, "sidecar": sidecar, "num_datasets": info.num_datasets,
              "bytes_written": 0, "verified": verify, "skipped": False}
     with safe_io.file_lock(sidecar + ".lock"):
-        if not force and _up_to_date(info, sidecar, progress):
-            return {**stats, "skipped": True, "seconds": time.perf_counter() - t0, "mb_per_s": 0.0}
+        if not force:
+            try:
+                fmt.verify_bin_checksums(fmt.read_sidecar(sidecar, info))
+                return {**stats, "skipped": True, "seconds": time.perf_counter() - t0, "mb_per_s": 0.0}
+            except BinFormatError as exc:   # no valid conversion: convert again, never over a newer format
+                if exc.reason == "newer":
+                    raise BinFormatError(f"{exc}; pass --force to overwrite", exc.reason) from None
+                if exc.reason != "missing" and progress:
+                    print(f"convert_h5: {exc.reason} conversion ({exc}); converting again", flush=True)
         if progress:
             print(f"convert_h5: writing {x_bin} and {y_bin} ({safe_io.format_bytes(total)}, {info.num_datasets} "
                   f"datasets) from {info.path}; ETA ~{total / 1e6 / EXPECTED_MB_PER_S:.0f} s at "
@@ -152,7 +142,6 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
     for old in (sidecar, x_bin, y_bin):
         if os.path.exists(old):
             os.unlink(old)
-    published = False
     try:
         with safe_io.atomic_output(x_bin, ".bin file") as tmp_x, safe_io.atomic_output(y_bin, ".bin file") as tmp_y:
             checksums = _write_records(info, tmp_x, tmp_y, chunk, progress)
@@ -162,14 +151,13 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
             if stat.st_size != info.size_bytes or stat.st_mtime_ns != info.mtime_ns:
                 raise ConvertError(f"{info.path} changed during the conversion; run it again")
         fmt.write_sidecar(sidecar, info, x_bin, y_bin, checksums)  # LAST: makes the conversion valid
-        published = True
-        if verify:
-            fmt.read_sidecar(sidecar, info)  # the loader's own acceptance check
-    finally:
-        if not published:  # renamed .bin files without their sidecar are litter: remove them
-            for path in (x_bin, y_bin):
-                if os.path.exists(path):
-                    os.unlink(path)
+    except BaseException:  # renamed .bin files without their sidecar are litter: remove them
+        for path in (x_bin, y_bin):
+            if os.path.exists(path):
+                os.unlink(path)
+        raise
+    if verify:
+        fmt.read_sidecar(sidecar, info)  # the loader's own acceptance check
 
 
 def verify(dump_path, *, out_dir=None, chunk_datasets: int | None = None, progress: bool = True) -> dict:

@@ -341,11 +341,10 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
     }
 
 
-def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -> dict:
+def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -> None:
     """Writes the JSON sidecar atomically; write it LAST, since a loader trusts .bin files only through it."""
     meta = bin_meta(info, os.fspath(x_bin), os.fspath(y_bin), checksums)
     safe_io.write_text_atomic(sidecar_path, json.dumps(meta, separators=(",", ":")), "sidecar")
-    return meta
 
 
 def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
@@ -420,28 +419,25 @@ def _block_crc(path: str, block: int) -> int:
             return zlib.crc32(m)
 
 
-def _bad_block_message(meta: dict, which: str, block: int) -> str:
-    """Names the datasets of a damaged block, and the first invalid value in it if there is one."""
-    stride = meta[f"{which}_stride_bytes"]
-    first = block * CHECKSUM_BLOCK_BYTES // stride
-    last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
-    records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r",
-                        shape=(meta["num_datasets"], stride // 4))[first:last + 1]
-    records = records[:, :meta["rows"] * (meta["features"] if which == "x" else 1)]
-    found = value_problems(*((records, None) if which == "x" else (None, records)), first, meta["max_num_classes"])
-    detail = "".join(f"; {p}" for p in found if p)
-    return (f"{meta[f'{which}_path']}: content of datasets {first}..{last} differs from the "
-            f"conversion (crc32 mismatch in block {block}){detail}")
-
-
-def verify_bin_checksums(meta: dict, threads: int | None = None) -> float:
+def verify_bin_checksums(meta: dict) -> float:
     """Compares each block's crc32 (up to 8 threads) with the sidecar's; returns the seconds spent. Raises
     BinFormatError ("corrupt") naming the datasets of the first damaged block (and its invalid value)."""
     start = time.perf_counter()
     jobs = [(which, b) for which in ("x", "y") for b in range(len(meta["checksum"][which]))]
-    with ThreadPoolExecutor(max(1, min(threads or min(8, os.cpu_count() or 1), len(jobs)))) as pool:
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1, len(jobs)))) as pool:
         got = list(pool.map(lambda job: _block_crc(meta[f"{job[0]}_path"], job[1]), jobs))
     for (which, block), crc in zip(jobs, got):
-        if crc != meta["checksum"][which][block]:
-            raise BinFormatError(_bad_block_message(meta, which, block), "corrupt")
+        if crc == meta["checksum"][which][block]:
+            continue
+        stride = meta[f"{which}_stride_bytes"]
+        first = block * CHECKSUM_BLOCK_BYTES // stride
+        last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
+        records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r",
+                            shape=(meta["num_datasets"], stride // 4))[first:last + 1]
+        records = records[:, :meta["rows"] * (meta["features"] if which == "x" else 1)]
+        found = value_problems(*((records, None) if which == "x" else (None, records)), first,
+                               meta["max_num_classes"])
+        detail = "".join(f"; {p}" for p in found if p)   # the first invalid value, if there is one
+        raise BinFormatError(f"{meta[f'{which}_path']}: content of datasets {first}..{last} differs from the "
+                             f"conversion (crc32 mismatch in block {block}){detail}", "corrupt")
     return time.perf_counter() - start

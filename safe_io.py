@@ -1,8 +1,5 @@
-"""The one I/O safety layer: atomic writes, output-path checks before any work, stale temp/lock cleanup.
-
-Every write goes to `.<name>.<pid>.tmp` beside the target, is fsynced, then renamed over it; a failed write
-raises a one-line OutputError and leaves no temp file. `clean_stale` removes dead processes' temp/lock files.
-"""
+"""The one I/O safety layer: atomic writes (to `.<name>.<pid>.tmp` beside the target, fsynced, renamed over it;
+a failure is a one-line OutputError and leaves no temp file), output-path checks, dead processes' temp/locks."""
 import contextlib
 import dataclasses
 import errno
@@ -21,12 +18,12 @@ class OutputError(OSError):
     """An output that cannot be written: one line for the user, nothing half-written left behind."""
 
 
+_WHY = {**dict.fromkeys((errno.ENOSPC, errno.EFBIG, errno.EDQUOT), "disk full or file-size limit reached"),
+        **dict.fromkeys((errno.EACCES, errno.EPERM, errno.EROFS), "permission denied")}
+
+
 def _why(exc: OSError) -> str:
-    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-        return "disk full or file-size limit reached"
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return "permission denied"
-    return exc.strerror or str(exc)
+    return _WHY.get(exc.errno) or exc.strerror or str(exc)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -56,16 +53,14 @@ def _locked(path) -> bool:
     return False
 
 
-def clean_stale(folder) -> list:
-    """Removes temp files (`.<name>.<pid>.tmp`) and lock files (`*.lock` holding a pid) of dead processes.
-
-    Returns the removed paths; files of live processes, and files that are not ours, are left alone."""
+def clean_stale(folder) -> None:
+    """Removes temp files (`.<name>.<pid>.tmp`) and lock files (`*.lock` holding a pid) of dead processes;
+    files of live processes, and files that are not ours, are left alone."""
     folder = os.fspath(folder) or "."
     try:
         names = os.listdir(folder)
     except OSError:
-        return []
-    removed = []
+        return
     for name in names:
         path = os.path.join(folder, name)
         temp = _TEMP.match(name)
@@ -73,8 +68,6 @@ def clean_stale(folder) -> list:
         if pid > 0 and pid != os.getpid() and not _pid_alive(pid) and (temp or not _locked(path)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-                removed.append(path)
-    return removed
 
 
 @contextlib.contextmanager
@@ -100,10 +93,8 @@ def file_lock(path):
 
 @contextlib.contextmanager
 def atomic_output(path, what: str = "output"):
-    """Yields a temp path beside `path`; on a clean exit it is fsynced and renamed over `path`.
-
-    On any exception the temp file is removed and `path` keeps its old content; OSErrors become one-line
-    OutputErrors naming `what` and `path`."""
+    """Yields a temp path beside `path`; on a clean exit it is fsynced and renamed over `path`. On any exception
+    the temp file is removed and `path` keeps its old content; OSErrors become one-line OutputErrors."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -178,10 +169,8 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def check_outputs(outputs: dict, inputs=(), need_bytes: dict | None = None) -> None:
-    """Checks every output path before any work; raises OutputError (one line) on the first problem.
-
-    outputs: {flag or label: path} the run will write (None/"" skipped); inputs: paths the run reads, which
-    no output may be; need_bytes: {label: bytes} of free space each output's folder must have."""
+    """Checks every output before any work; OutputError (one line) on the first problem. outputs: {label: path}
+    (falsy paths skipped); inputs: paths no output may be; need_bytes: {label: bytes} free in its folder."""
     outputs = {k: os.fspath(v) for k, v in outputs.items() if v}
     for (a, path_a), (b, path_b) in itertools.combinations(outputs.items(), 2):
         if _same_file(path_a, path_b):
