@@ -27,6 +27,8 @@ DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a 
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 ROWS_PER_CHUNK = 32_768          # rows built by one set of batched tensor ops
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
+CPU_ROWS_PER_S_PER_THREAD = 70_000   # calibrated ETA: a 16-core host built 1.1-1.5M rows/s on CPU
+CUDA_ROWS_PER_S = 2_000_000          # ... and 2.1-2.9M rows/s on an H200
 
 
 class DumpGroup(NamedTuple):
@@ -237,7 +239,9 @@ def _postprocess_features(gen, x, num_features):
 
 
 def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device):
-    """One chunk of `num` datasets: X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
+    """Chunk `chunk_index` of `num` datasets (splits: the dump's single_eval_pos, numpy):
+    X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
+    splits = torch.from_numpy(splits[chunk_index * num:(chunk_index + 1) * num]).to(device, torch.long)
     seeds = np.random.SeedSequence([seed, 1, chunk_index])
     rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
     gen = torch.Generator(device=device)
@@ -324,13 +328,8 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     num_chunks = -(-num_datasets // per_chunk)
     # splits for whole chunks: the last, truncated chunk is built exactly as in a larger dump
     splits = draw_splits(seed, num_chunks * per_chunk, rows, classes, original_batch_size)
-
-    def build_chunk(chunk_index):
-        start = chunk_index * per_chunk
-        chunk_splits = torch.from_numpy(splits[start:start + per_chunk]).to(device, torch.long)
-        return _generate_chunk(seed, chunk_index, per_chunk, rows, features, classes, chunk_splits, device)
-
-    chunks = _in_order(build_chunk, num_chunks, device)
+    chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device),
+                       num_chunks, device)
     try:
         for first_chunk in range(0, num_chunks, chunks_per_group):
             parts = [next(chunks) for _ in range(min(chunks_per_group, num_chunks - first_chunk))]
@@ -342,10 +341,6 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
                             splits[start:start + count].copy())
     finally:
         chunks.close()   # a consumer that stops early also stops the CPU workers
-
-
-CPU_ROWS_PER_S_PER_THREAD = 70_000   # calibrated ETA: a 16-core host built 1.1-1.5M rows/s on CPU
-CUDA_ROWS_PER_S = 2_000_000          # ... and 2.1-2.9M rows/s on an H200
 
 
 def estimate(num_datasets, rows, features, device) -> tuple[int, float]:
@@ -367,55 +362,45 @@ def _disk_errors(path):
                                   f"{' '.join(str(exc).split())[:160]}") from None
 
 
-def _write_h5(temp, path, shape, classes, seed, device, bar, original_batch_size, group_size):
-    """Streams the generated groups into pre-created contiguous datasets of the HDF5 file `temp`."""
-    num_datasets, rows, features = shape
-    with _disk_errors(path):
-        f = h5py.File(temp, "w")
-    try:
-        with _disk_errors(path):
-            X = f.create_dataset("X", shape, dtype="f4")
-            y = f.create_dataset("y", shape[:2], dtype="f4")
-            per_dataset = {key: f.create_dataset(key, (num_datasets,), dtype="i4")
-                           for key in ("num_features", "num_datapoints", "single_eval_pos")}
-        for group in generate(*shape, classes, seed, device, group_size, original_batch_size):
-            block = slice(group.start, group.start + len(group.X))
-            with _disk_errors(path):
-                X[block], y[block] = group.X, group.y
-                for key, dataset in per_dataset.items():
-                    dataset[block] = getattr(group, key)
-            if bar is not None:
-                bar.update(len(group.X))
-        with _disk_errors(path):
-            f.create_dataset("max_num_classes", data=np.array([classes], np.int64))
-            f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
-            f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
-            f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
-                           seed=seed, device_type=device.type)
-    finally:
-        with _disk_errors(path):
-            f.close()   # flushes: a full disk often shows here first
-
-
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
                original_batch_size=32, group_size=None):
-    """Generates a dump (arguments as in generate()) and writes it atomically; progress: plan line and bar.
-    Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
+    """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
+    progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
+    from tqdm import tqdm
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
     safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
-    bar = None
     if progress:
         print(f"prior: writing {path}: {num_datasets} datasets x {rows} rows x {features} features, "
               f"<= {classes} classes, {safe_io.format_bytes(size)}; ETA ~{seconds:,.0f} s on {device} "
               f"(calibrated estimate; the bar shows the measured rate)", flush=True)
-        from tqdm import tqdm
-        bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {os.path.basename(path)}", leave=False)
+    bar = tqdm(total=num_datasets, unit="ds", delay=2, desc=f"prior {os.path.basename(path)}", leave=False,
+               disable=not progress)
+    shape = (num_datasets, rows, features)
     start_time = time.perf_counter()
-    with bar or contextlib.nullcontext(), safe_io.atomic_output(path, "dump") as temp:
-        _write_h5(temp, path, (num_datasets, rows, features), classes, seed, device, bar, original_batch_size,
-                  group_size)
+    with bar, safe_io.atomic_output(path, "dump") as temp:
+        with _disk_errors(path):
+            f = h5py.File(temp, "w")
+        try:
+            with _disk_errors(path):
+                datasets = {key: f.create_dataset(key, shape[:ndim], dtype=dtype) for key, ndim, dtype in (
+                    ("X", 3, "f4"), ("y", 2, "f4"), ("num_features", 1, "i4"), ("num_datapoints", 1, "i4"),
+                    ("single_eval_pos", 1, "i4"))}
+            for group in generate(*shape, classes, seed, device, group_size, original_batch_size):
+                with _disk_errors(path):
+                    for key, dataset in datasets.items():
+                        dataset[group.start:group.start + len(group.X)] = getattr(group, key)
+                bar.update(len(group.X))
+            with _disk_errors(path):
+                f.create_dataset("max_num_classes", data=np.array([classes], np.int64))
+                f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
+                f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
+                f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
+                               seed=seed, device_type=device.type)
+        finally:
+            with _disk_errors(path):
+                f.close()   # flushes: a full disk often shows here first
     seconds = time.perf_counter() - start_time
     return dict(path=str(path), num_datasets=num_datasets, seconds=seconds,
                 datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=str(device))
@@ -427,27 +412,22 @@ def default_dump_path():
     return os.path.join(folder, f"nano_default_{DEFAULT_DUMP_DATASETS}_seed0.h5")
 
 
-def _is_default_dump(path):
-    """Cheap structural check (keys, shapes, prior version), without scanning the values."""
-    shape = (DEFAULT_DUMP_DATASETS, PRESETS["nano"]["rows"], PRESETS["nano"]["features"])
-    try:
-        with h5py.File(path, "r") as f:
-            return (f["X"].shape == shape and f["y"].shape == shape[:2]
-                    and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
-                    and f.attrs.get("prior_version") == FORMAT_VERSION)
-    except (OSError, KeyError, ValueError):
-        return False
-
-
 def ensure_default_dump(path=None):
     """The default nano dump, generated first (CPU, seed 0: the same file everywhere) when missing or invalid."""
     path = path or default_dump_path()
-    if _is_default_dump(path):
+    nano = PRESETS["nano"]
+    shape = (DEFAULT_DUMP_DATASETS, nano["rows"], nano["features"])
+    try:   # a cheap structural check (keys, shapes, prior version), without scanning the values
+        with h5py.File(path, "r") as f:
+            valid = (f["X"].shape == shape and f["y"].shape == shape[:2]
+                     and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
+                     and f.attrs.get("prior_version") == FORMAT_VERSION)
+    except (OSError, KeyError, ValueError):
+        valid = False
+    if valid:
         print(f"prior: no --data given, using the default dump {path}")
         return path
-    nano = PRESETS["nano"]
-    stats = write_dump(path, DEFAULT_DUMP_DATASETS, nano["rows"], nano["features"], nano["classes"],
-                       seed=0, device="cpu", progress=sys.stderr.isatty())
+    stats = write_dump(path, *shape, nano["classes"], seed=0, device="cpu", progress=sys.stderr.isatty())
     print(f"prior: no --data given, generated {path} ({DEFAULT_DUMP_DATASETS} datasets of "
           f"{nano['rows']}x{nano['features']}, {nano['classes']} classes, seed 0) in {stats['seconds']:.1f} s")
     return path
@@ -469,7 +449,7 @@ def _check_file(path):
     return 0
 
 
-def _parser():
+def main(argv=None):
     parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
                         help="nano = 300k datasets x 150 rows x 5 features x 2 classes, blog = 30k x 5000 x 5 x 2")
@@ -486,11 +466,7 @@ def _parser():
                         help="datasets generated per write (default ~32 MB of X); does not change the data")
     parser.add_argument("--no-progress", action="store_true", help="hide the plan line and the progress bar")
     parser.add_argument("--check", metavar="FILE", help="validate an existing dump instead of writing one")
-    return parser
-
-
-def main(argv=None):
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if args.check:
         return _check_file(args.check)
     shape = {key: value if getattr(args, key) is None else getattr(args, key)

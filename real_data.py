@@ -3,8 +3,6 @@
 Its archive is read with tarfile + csv (importing pydataset writes to the home folder); tasks and fixed splits
 are cached in data/real_suite.npz.
 """
-from __future__ import annotations
-
 import csv
 import hashlib
 import importlib.util
@@ -182,17 +180,14 @@ def build_task(name: str, header, rows):
     return Task(name, columns[target_index][0], X, y, names, np.array(categorical)), "kept"
 
 
-def make_splits(y: np.ndarray, num_splits: int = NUM_SPLITS):
-    """Rule 8: stratified (train_idx, test_idx) pairs, seeds 0..num_splits-1."""
+def make_splits(y: np.ndarray):
+    """Rule 8: stratified (train_idx, test_idx) pairs, seeds 0..NUM_SPLITS-1."""
     from sklearn.model_selection import StratifiedShuffleSplit
     train = min(MAX_TRAIN, len(y) // 2)
-    out = []
-    for seed in range(num_splits):
-        splitter = StratifiedShuffleSplit(1, train_size=train, test_size=min(MAX_TEST, len(y) - train),
-                                          random_state=seed)
-        tr, te = next(splitter.split(np.zeros(len(y)), y))
-        out.append((np.sort(tr).astype(np.int32), np.sort(te).astype(np.int32)))
-    return out
+    sizes = dict(train_size=train, test_size=min(MAX_TEST, len(y) - train))
+    splits = (next(StratifiedShuffleSplit(1, random_state=seed, **sizes).split(np.zeros(len(y)), y))
+              for seed in range(NUM_SPLITS))
+    return [(np.sort(tr).astype(np.int32), np.sort(te).astype(np.int32)) for tr, te in splits]
 
 
 def select_tasks(items=None, archive=None):
