@@ -196,9 +196,6 @@ def test_cli_writes_and_check_validates(tmp_path, capsys):
     assert code == 0 and out.exists() and "datasets/s" in stdout
     with h5py.File(out, "r") as f:
         assert f["X"].shape == (6, 200, 5)
-    loaders = pytest.importorskip("loaders")
-    if not hasattr(loaders, "check_dump"):
-        pytest.skip("loaders.check_dump not available yet")
     code, stdout, _ = _main(["--check", str(out)], capsys)
     assert code == 0 and stdout.startswith("ok: ") and len(stdout.strip().splitlines()) == 1
     with h5py.File(out, "r+") as f:
