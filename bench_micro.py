@@ -184,9 +184,8 @@ def attention_floors_ms(N, H, R, S, D):
 
 
 def time_attention(kernel, qkv, grad, split, device, repeats):
-    """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms"} of `repeats` forward +
-    backward calls after 2 warm-ups, on q/k/v views of the in-projection's (N, R, 3, H, D) buffer: every
-    row queries the first `split` rows (sliced keys), or all R keys under the block mask (flex)."""
+    """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups}
+    of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R, masked)."""
     fn, block_mask = datapoint_attention, None
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)

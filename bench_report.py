@@ -102,8 +102,8 @@ def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baselin
         mine = [r for r in runs if r["workload"] == workload and r["config"] == config]
         ok = [r["summary"] for r in mine if r["status"] == "ok"]
         row = {"config": config, "flags": list(flags_of.get(config, [])), "group": (group_of or {}).get(config, "")}
-        problems = [r for r in mine if r["status"] in ("failed", "pending")]
         if ok:
+            problems = [r for r in mine if r["status"] in ("failed", "pending")]
             row.update(aggregate(ok))
             row["status"] = f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}" if problems else "ok"
         else:
@@ -289,14 +289,10 @@ def split_profile_tables(markdown):
 
 def _cell_of(section, name_col, name, value_col):
     """A cell of the first markdown table of a section, by row name; None when absent or '—'."""
-    lines = [line for line in (section or "").splitlines() if line.startswith("|")]
-
-    def cells(line):
-        return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-
-    row = next((r for r in (dict(zip(cells(lines[0]), cells(line))) for line in lines[2:])
-                if r.get(name_col) == name), None)
-    value = row.get(value_col) if row else None
+    cells = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+             for line in (section or "").splitlines() if line.startswith("|")]
+    value = next((row.get(value_col) for row in (dict(zip(cells[0], c)) for c in cells[2:])
+                  if row.get(name_col) == name), None)
     return value if value not in (None, "", "—") else None
 
 
@@ -357,9 +353,8 @@ def now_iso():
 
 def header_lines(title, command, env, extra=()):
     """The header of every results file: command, date, commit, device and versions."""
-    versions = ", ".join(f"{label} {env.get(key) if env.get(key) is not None else 'n/a'}"
-                         for label, key in (("torch", "torch"), ("CUDA", "cuda"), ("cuDNN", "cudnn"),
-                                            ("kvikio", "kvikio"), ("driver", "driver"), ("python", "python")))
+    versions = ", ".join(f"{label} {env.get(label.lower()) if env.get(label.lower()) is not None else 'n/a'}"
+                         for label in ("torch", "CUDA", "cuDNN", "kvikio", "driver", "python"))
     gpus = f" x{env['gpu_count']}" if (env.get("gpu_count") or 0) > 1 else ""
     return [f"# {title}", "", f"- command: `{command}`", f"- date: {now_iso()}", f"- git commit: {git_commit()}",
             f"- device: {device_name(env)}{gpus} (host {env.get('hostname', platform.node())})",
@@ -401,18 +396,20 @@ class Progress:
 # ---- Plots (matplotlib Agg, imported lazily; PNGs written atomically) ----------------------------
 
 def _figure(rows, what, **kwargs):
-    """(plt, fig, axes) of a new figure; ValueError without rows."""
+    """(fig, axes) of a new figure; ValueError without rows."""
     if not rows:
         raise ValueError(f"{what}: no rows")
     import matplotlib
     matplotlib.use("Agg", force=True)   # headless: no display on CI or the GPU host
     import matplotlib.pyplot as plt
-    return (plt, *plt.subplots(**kwargs))
+    return plt.subplots(**kwargs)
 
 
-def _save_png(plt, fig, ax, path, title):
+def _save_png(fig, path, title):
+    """Writes the figure (title on its first axes) and closes it; the path."""
+    import matplotlib.pyplot as plt
     if title:
-        ax.set_title(title)
+        fig.axes[0].set_title(title)
     try:
         with atomic_output(path, "plot") as tmp:
             fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
@@ -453,18 +450,18 @@ def _step_median(row):
 
 
 def _bars(rows, what):
-    plt, fig, ax = _figure(rows, what, figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
+    fig, ax = _figure(rows, what, figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
     x = np.arange(len(rows))
     ax.set_xticks(x)
     ax.set_xticklabels([str(r.get("config", i)) for i, r in enumerate(rows)], rotation=30, ha="right")
     ax.grid(axis="y", alpha=0.3)
-    return plt, fig, ax, x
+    return fig, ax, x
 
 
 def plot_phase_bars(rows, path, title="Step time by phase"):
     """Stacked bars of each phase's median per configuration, a black tick at the step median;
     rows [{"config", "phases": {phase: ms}, "step_ms": {"median", ...} (optional)}]. Returns path."""
-    plt, fig, ax, x = _bars(rows, "plot_phase_bars")
+    fig, ax, x = _bars(rows, "plot_phase_bars")
     colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange",
               "optimizer": "tab:green", "other": "tab:gray"}
     bottom = np.zeros(len(rows))
@@ -478,7 +475,7 @@ def plot_phase_bars(rows, path, title="Step time by phase"):
                    marker="_", s=600, color="black", zorder=3, label="step median")
     ax.set_ylabel("ms per step (median)")
     ax.legend(fontsize=8)
-    return _save_png(plt, fig, ax, path, title)
+    return _save_png(fig, path, title)
 
 
 def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
@@ -505,13 +502,13 @@ def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
         sp.append(s)
         lo.append(max(s - min(lo_v, hi_v), 0.0))
         hi.append(max(max(lo_v, hi_v) - s, 0.0))
-    plt, fig, ax, x = _bars(rows, "plot_speedup")
+    fig, ax, x = _bars(rows, "plot_speedup")
     ax.bar(x, sp, 0.6, yerr=[lo, hi], capsize=4, color="tab:blue")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     for xi, s in zip(x, sp):
         ax.annotate(f"{s:.2f}x", (xi, s), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
     ax.set_ylabel(f"speedup vs {base.get('config', 'baseline')} (p10–p90)")
-    return _save_png(plt, fig, ax, path, title)
+    return _save_png(fig, path, title)
 
 
 def _smooth(values, frac=0.02):
@@ -529,7 +526,7 @@ def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=
     repeats are interpolated onto the first one's steps; smooth: moving-average fraction (0: none)."""
     if band not in ("minmax", "std"):
         raise ValueError(f"band must be 'minmax' or 'std', got {band!r}")
-    plt, fig, ax = _figure(curves, "plot_loss_curves", figsize=(7, 4.5))
+    fig, ax = _figure(curves, "plot_loss_curves", figsize=(7, 4.5))
     for i, (name, runs) in enumerate(curves.items()):
         runs = [runs] if isinstance(runs, tuple) and len(runs) == 2 and np.ndim(runs[0]) == 1 else list(runs)
         if not runs:
@@ -552,14 +549,14 @@ def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=
     ax.set_ylabel("loss" + (" (smoothed)" if smooth else ""))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save_png(plt, fig, ax, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across "
+    return _save_png(fig, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across "
                      "repeats")
 
 
 def plot_scaling(rows, path, title="Multi-GPU scaling"):
     """Throughput (with ideal linear scaling from the fewest GPUs) and step time against GPUs:
     rows [{"gpus", "datasets_per_s", "step_ms": float or {"median", "p10", "p90"}, "config" (optional)}]."""
-    plt, fig, (ax1, ax2) = _figure(rows, "plot_scaling", ncols=2, figsize=(10, 4.2))
+    fig, (ax1, ax2) = _figure(rows, "plot_scaling", ncols=2, figsize=(10, 4.2))
     groups = {}
     for r in rows:
         groups.setdefault(str(r.get("config", "")), []).append(r)
@@ -579,15 +576,15 @@ def plot_scaling(rows, path, title="Multi-GPU scaling"):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    return _save_png(plt, fig, ax1, path, None)
+    return _save_png(fig, path, None)
 
 
 def plot_time_to_quality(ttq, path, title="ROC AUC against training time"):
     """The time-to-quality run's evaluations against training seconds, each baseline a horizontal line."""
-    plt, fig, ax = _figure(ttq["history"], "plot_time_to_quality", figsize=(7, 4.5))
+    fig, ax = _figure(ttq["history"], "plot_time_to_quality", figsize=(7, 4.5))
     ax.plot([h[1] for h in ttq["history"]], [h[2] for h in ttq["history"]], marker="o", label="nanoTabPFN")
     for i, (name, b) in enumerate(ttq["baselines"].items()):
         ax.axhline(b["roc_auc"], linestyle="--", linewidth=1, color=f"C{1 + i}", label=name)
     ax.set(xlabel="training seconds (evaluation not counted)", ylabel="mean ROC AUC")
     ax.legend(fontsize=8)
-    return _save_png(plt, fig, ax, path, title)
+    return _save_png(fig, path, title)
