@@ -33,16 +33,15 @@ GPU_BUSY_SHARE = 0.8
 # ---- Formatting (shared by every script) -----------------------------------------------------------
 
 def percentiles(values):
-    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"}; NaN entries (a phase on an unsampled
-    step) are left out; every statistic is None when nothing is left."""
+    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} without NaN entries (a phase on an
+    unsampled step); every statistic is None when nothing is left."""
     a = np.asarray(values, dtype=np.float64).ravel()
     a = a[~np.isnan(a)]
-    n = int(a.size)
-    if n == 0:
+    if a.size == 0:
         return {"n": 0, **dict.fromkeys(("median", "p10", "p90", "mean", "std", "min", "max"))}
     p10, median, p90 = (float(v) for v in np.percentile(a, [10.0, 50.0, 90.0]))
-    return {"n": n, "median": median, "p10": p10, "p90": p90, "mean": float(a.mean()),
-            "std": float(a.std(ddof=1)) if n > 1 else 0.0, "min": float(a.min()), "max": float(a.max())}
+    return {"n": int(a.size), "median": median, "p10": p10, "p90": p90, "mean": float(a.mean()),
+            "std": float(a.std(ddof=1)) if a.size > 1 else 0.0, "min": float(a.min()), "max": float(a.max())}
 
 
 def format_duration(seconds):
@@ -117,8 +116,7 @@ class _Phase:
         if t._sampled:
             # Had the GPU reached this phase's start when the host finished issuing the phase? If not, it had
             # earlier work queued and was not waiting for this phase's launches (cudaEventQuery: never blocks).
-            if not t._query(t._cur_events[-1]):
-                t._cur_behind[self.index] = True
+            t._cur_behind[self.index] |= not t._query(t._cur_events[-1])
             ev = t._event()
             t._record(ev, t._stream)   # no sync: the GPU timestamps it when it reaches this point
             t._cur_events.append(ev)
@@ -130,11 +128,10 @@ class _Phase:
 class StepTimer:
     """Per-phase step times: start_step(); `with timer.phase("data"): ...`; end_step(); summary() at the end.
 
-    A phase may repeat in a step (times add up) but not nest; step time outside every phase is "other"; the clock
-    pauses between end_step() and start_step(). CUDA: a CUDA event at each phase boundary, resolved lazily (no
-    sync on the fast path); CPU: perf_counter, also kept as the host view. warmup_steps are reported apart;
-    compute_phases feed diagnose's launch-bound test; CUDA only: max_pending unresolved steps before waiting for
-    the oldest, phase_every=k records phase events on every k-th step only (step start/end events always).
+    Phases may repeat in a step (times add up), not nest; the rest of the step is "other"; the clock pauses between
+    steps; warmup_steps are reported apart. CUDA: an event at each phase boundary, resolved lazily (no sync on the
+    fast path); CPU: perf_counter (also the host view). compute_phases feed diagnose's launch-bound test. CUDA only:
+    max_pending unresolved steps before waiting for the oldest; phase_every=k: phase events on every k-th step only.
     """
 
     def __init__(self, device="cpu", warmup_steps=0, phases=DEFAULT_PHASES, *, compute_phases=None,
@@ -151,60 +148,55 @@ class StepTimer:
         if self.warmup_steps < 0 or self.phase_every < 1:
             raise ValueError(f"need warmup_steps >= 0 and phase_every >= 1, got {warmup_steps}, {phase_every}")
         self._cuda = self.enabled and self.device.type == "cuda"
-        self._device_index = None   # resolved at the first step: no CUDA call in __init__
-        self._record = self._query = self._elapsed = None   # bound at the first CUDA step
         self._contexts = {name: _Phase(self, i, name) for i, name in enumerate(self.phases)}
         n = len(self.phases)
-        # Measured steps in ms as float64 arrays (no Python objects): the clock of record (events on CUDA), the host.
-        self._phase_ms, self._host_phase_ms = [array("d") for _ in range(n)], [array("d") for _ in range(n)]
-        self._step_ms, self._host_step_ms, self._warm_step_ms, self._warm_host_step_ms = (array("d") for _ in range(4))
-        self._steps_started = 0      # steps ended (measured + warm-up), fixes the warm-up split
-        self._discarded = self._syncs = 0
-        # CUDA: measured steps the GPU had not started when the host ended them; per phase, measured steps where
-        # the GPU had not reached the phase's start when the host left it (and the open step's flags).
+        # Every ended step as a float64 row [step, *phases] in ms, warm-up rows first (no Python objects): on the
+        # clock of record (CUDA events on CUDA) and on the host clock.
+        self._ms, self._host_ms = array("d"), array("d")
+        self._steps_started = self._discarded = self._syncs = 0   # steps ended (the warm-up split), dropped, waits
+        # CUDA: measured steps the GPU had not started when the host ended them; per phase, sampled measured steps
+        # where the GPU had not reached the phase's start when the host left it (and the open step's flags).
         self._gpu_behind, self._phase_behind, self._cur_behind = 0, [0] * n, [False] * n
         self._sampled, self._sampled_steps = False, 0   # CUDA: this step records phase events; measured ones that did
-        self._in_step, self._open_phase = False, None
-        self._phase_t0 = self._step_t0 = 0.0
+        self._in_step, self._open_phase, self._phase_t0, self._step_t0 = False, None, 0.0, 0.0
         self._cur_host = [0.0] * n
-        # CUDA: event pool, the open step's boundaries [start, end of 1st phase, ...], unresolved steps (FIFO).
-        self._pool, self._stream, self._raw_stream, self._cur_start = [], None, None, None
-        self._cur_events, self._cur_event_phase, self._pending = [], [], deque()
-
-    # -- hot path ------------------------------------------------------------------------------
+        # CUDA: event pool, the open step's boundaries [start, end of 1st phase, ...] and their phases, unresolved
+        # steps (FIFO); device index and stream are resolved at the first step (no CUDA call in __init__).
+        self._pool, self._cur_events, self._cur_event_phase, self._pending = [], [], [], deque()
+        self._device_index, self._stream, self._raw_stream = self.device.index, None, None
+        # The C methods of the event base class, without torch.cuda.Event's Python wrappers (~0.5 µs a call,
+        # about 10 calls a step); the public methods where it is missing.
+        base = getattr(torch._C, "_CudaEventBase", None)
+        self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(torch.cuda.Event, name)
+                                                    for name in ("record", "query", "elapsed_time"))
 
     def _event(self):
         return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
-
-    def _refresh_stream(self):
-        if self._device_index is None:
-            self._device_index = (self.device.index if self.device.index is not None else torch.cuda.current_device())
-            # The C methods of the event base class, without torch.cuda.Event's Python wrappers (~0.5 µs a call,
-            # about 10 calls a step); the public methods where it is missing.
-            base = getattr(torch._C, "_CudaEventBase", None)
-            self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(torch.cuda.Event, name)
-                                                        for name in ("record", "query", "elapsed_time"))
-        # torch.cuda.current_stream() costs ~5 µs; the raw handle ~0.3 µs, so build the Stream object only when
-        # the current stream changed (private API, hence the fallback).
-        raw_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        raw = raw_fn(self._device_index) if raw_fn is not None else None
-        if raw is None or raw != self._raw_stream or self._stream is None:
-            self._stream, self._raw_stream = torch.cuda.current_stream(self.device), raw
 
     def start_step(self):
         """Starts the clock of a step (call it before fetching the batch)."""
         if not self.enabled:
             return
         if self._in_step:
-            # The previous step never reached end_step (an exception, a `continue`): drop it.
-            self._discard_open_step()
+            # The previous step never reached end_step (an exception, a `continue`): drop it. Its events may
+            # still be queued on the GPU; re-recording a queued event is allowed.
+            self._discarded += 1
+            self._open_phase = None
+            self._pool.extend(self._cur_events)
         self._in_step = True
         self._cur_host = [0.0] * len(self.phases)
         if self._cuda:
-            self._refresh_stream()
+            if self._device_index is None:
+                self._device_index = torch.cuda.current_device()
+            # torch.cuda.current_stream() costs ~5 µs; the raw handle ~0.3 µs, so build the Stream object only when
+            # the current stream changed (private API, hence the fallback).
+            raw_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            raw = raw_fn(self._device_index) if raw_fn is not None else None
+            if raw is None or raw != self._raw_stream or self._stream is None:
+                self._stream, self._raw_stream = torch.cuda.current_stream(self.device), raw
             ev = self._event()
             self._record(ev, self._stream)   # no sync: see the class docstring
-            self._cur_start, self._cur_events, self._cur_event_phase = ev, [ev], []
+            self._cur_events, self._cur_event_phase = [ev], []
             self._cur_behind = [False] * len(self.phases)
             self._sampled = self._steps_started % self.phase_every == 0
         self._step_t0 = time.perf_counter()
@@ -232,40 +224,30 @@ class StepTimer:
         self._steps_started += 1
         if not self._cuda:
             # CPU: the host clock is the clock of record; nothing is asynchronous.
-            self._store(warm, host_step, self._cur_host, host_step, self._cur_host)
+            self._store(host_step, self._cur_host, host_step, self._cur_host)
             return
-        # Has the GPU begun this step while the host has issued all of it? If not, the GPU had
-        # more than a step of work queued: it is not waiting for the host (non-blocking query).
         if not warm:
-            if not self._query(self._cur_start):
-                self._gpu_behind += 1
+            # Has the GPU begun this step while the host has issued all of it? If not, the GPU had
+            # more than a step of work queued: it is not waiting for the host (non-blocking query).
+            self._gpu_behind += not self._query(self._cur_events[0])
             if self._sampled:
                 self._sampled_steps += 1
                 for i, behind in enumerate(self._cur_behind):
-                    if behind:
-                        self._phase_behind[i] += 1
+                    self._phase_behind[i] += behind
         end = self._event()
         self._record(end, self._stream)
-        self._pending.append((warm, self._sampled, end, self._cur_events, self._cur_event_phase,
-                              host_step, self._cur_host))
-        self._cur_start, self._cur_events, self._cur_event_phase = None, [], []
-        self._poll()
-
-    # -- CUDA resolution ---------------------------------------------------------------------------
-
-    def _poll(self):
-        """Resolves finished steps without blocking; blocks on the oldest past max_pending."""
         pending = self._pending
-        while pending and self._query(pending[0][2]):   # cudaEventQuery: never blocks
+        pending.append((end, self._sampled, self._cur_events, self._cur_event_phase, host_step, self._cur_host))
+        while pending and self._query(pending[0][0]):   # resolve finished steps (cudaEventQuery: never blocks)
             self._resolve(pending.popleft())
         while len(pending) > self.max_pending:
             # Sync: the host is max_pending steps ahead of the GPU; wait for the oldest step only.
-            pending[0][2].synchronize()
+            pending[0][0].synchronize()
             self._syncs += 1
             self._resolve(pending.popleft())
 
     def _resolve(self, item):
-        warm, sampled, end, events, event_phase, host_step, host_phases = item
+        end, sampled, events, event_phase, host_step, host_phases = item
         elapsed = self._elapsed
         step = elapsed(events[0], end)   # every event is complete: no wait here
         # NaN: an unsampled step has no GPU phase times (percentiles() leaves NaN out)
@@ -273,36 +255,22 @@ class StepTimer:
         for k, idx in enumerate(event_phase):
             # phase k runs from the previous boundary to its own end event
             phases[idx] += elapsed(events[k], events[k + 1])
-        self._store(warm, step, phases, host_step, host_phases)
+        self._store(step, phases, host_step, host_phases)
         self._pool.append(end)
         self._pool.extend(events)
 
-    def _store(self, warm, step, phases, host_step, host_phases):
-        if warm:
-            self._warm_step_ms.append(step)
-            self._warm_host_step_ms.append(host_step)
-            return
-        self._step_ms.append(step)
-        self._host_step_ms.append(host_step)
-        for i in range(len(phases)):
-            self._phase_ms[i].append(phases[i])
-            self._host_phase_ms[i].append(host_phases[i])
-
-    def _discard_open_step(self):
-        self._discarded += 1
-        self._in_step = False
-        self._open_phase = None
-        if self._cuda:
-            # These events may still be queued on the GPU; re-recording a queued event is allowed.
-            self._pool.extend(self._cur_events)
-            self._cur_start, self._cur_events, self._cur_event_phase = None, [], []
+    def _store(self, step, phases, host_step, host_phases):
+        self._ms.append(step)
+        self._ms.extend(phases)
+        self._host_ms.append(host_step)
+        self._host_ms.extend(host_phases)
 
     def flush(self):
         """Resolves every finished step: on CUDA one cudaEventSynchronize on the last recorded event unless the GPU
         is already past it (a sync point: call it at log intervals, not every step). A no-op on CPU or disabled."""
-        if not self._cuda or not self._pending:
+        if not self._pending:
             return
-        last = self._pending[-1][2]
+        last = self._pending[-1][0]
         if not self._query(last):
             # Sync: wait for the GPU to reach the end of the last finished step (counted only
             # when it really waits), then resolve all.
@@ -311,43 +279,42 @@ class StepTimer:
         while self._pending:
             self._resolve(self._pending.popleft())
 
-    # -- results -------------------------------------------------------------------------------
+    def _rows(self, buffer):
+        """(warm-up rows, measured rows) of a row buffer: (steps, 1 + phases) views, no copy."""
+        rows = np.asarray(buffer).reshape(-1, 1 + len(self.phases))
+        return rows[:self.warmup_steps], rows[self.warmup_steps:]
 
     def step_times_ms(self):
         """Every measured (post-warm-up) step time in ms, in order (resolves pending CUDA events)."""
         self.flush()
-        return list(self._step_ms)
+        return self._rows(self._ms)[1][:, 0].tolist()
 
     def summary(self):
         """percentiles() of the measured steps in ms per phase ("other": step minus phases), per step and of the
-        compute sum, on both clocks, with shares of the median step and (CUDA only) launch ratios and how often the
-        GPU was behind. Flushes first: a sync on CUDA."""
+        compute sum, on both clocks; shares of the median step; CUDA: launch ratios, GPU-behind shares. A sync."""
         self.flush()
-        n = len(self._step_ms)
-        ci = [self.phases.index(p) for p in self.compute_phases]
+        ci = [1 + self.phases.index(p) for p in self.compute_phases]
 
-        def stats(step_buffer, phase_buffers):
-            # ({phase: stats, "other": stats}, stats of the compute sum) of one clock
-            step, arrays = _floats(step_buffer), [_floats(a) for a in phase_buffers]
-            by_name = {name: percentiles(a) for name, a in zip(self.phases, arrays)}
-            by_name["other"] = percentiles(np.maximum(step - np.sum(arrays, axis=0), 0.0) if n else [])
-            return by_name, percentiles(np.sum([arrays[i] for i in ci], axis=0) if n and ci else [])
+        def stats(buffer):
+            # One clock: {phase: stats, "other": stats}, then stats of the step, the compute sum, the warm-up steps.
+            warm, rows = self._rows(buffer)
+            by_name = {name: percentiles(rows[:, 1 + i]) for i, name in enumerate(self.phases)}
+            by_name["other"] = percentiles(np.maximum(rows[:, 0] - rows[:, 1:].sum(axis=1), 0.0))
+            compute = percentiles(rows[:, ci].sum(axis=1) if ci else [])
+            return by_name, percentiles(rows[:, 0]), compute, percentiles(warm[:, 0])
 
-        phases, gpu_compute = stats(self._step_ms, self._phase_ms)
-        host_phases, host_compute = stats(self._host_step_ms, self._host_phase_ms)
-        step_stats = percentiles(_floats(self._step_ms))
-        med = step_stats["median"]
+        phases, step, gpu_compute, warmup = stats(self._ms)
+        host_phases, host_step, host_compute, warmup_host = stats(self._host_ms)
+        n, med = step["n"], step["median"]
         shares = {name: (s["median"] / med if med else None) for name, s in phases.items()}
         cuda = self._cuda and n
         return {
             "device": str(self.device),
             "clock": "disabled" if not self.enabled else "cuda-events" if self._cuda else "perf_counter",
             "enabled": self.enabled, "warmup_steps": self.warmup_steps, "measured_steps": n,
-            "discarded_steps": self._discarded, "syncs": self._syncs,
-            "phases": phases, "host_phases": host_phases, "step": step_stats,
-            "host_step": percentiles(_floats(self._host_step_ms)), "warmup": percentiles(self._warm_step_ms),
-            "warmup_host": percentiles(self._warm_host_step_ms), "data_share": shares.get("data"),
-            "phase_shares": shares, "compute_phases": list(self.compute_phases),
+            "discarded_steps": self._discarded, "syncs": self._syncs, "phases": phases, "host_phases": host_phases,
+            "step": step, "host_step": host_step, "warmup": warmup, "warmup_host": warmup_host,
+            "data_share": shares.get("data"), "phase_shares": shares, "compute_phases": list(self.compute_phases),
             "gpu_compute_ms": gpu_compute, "host_compute_ms": host_compute,
             "launch_ratio": (host_compute["median"] / gpu_compute["median"]
                              if self._cuda and gpu_compute["median"] else None),
@@ -361,24 +328,17 @@ class StepTimer:
         """Medians over the latest `last` measured steps for the log line: {"n", "warmup", "step_ms", "data_ms",
         "phases"} (NaN where nothing was measured; in the warm-up only step_ms). Flushes: a sync on CUDA."""
         self.flush()
-        last, nan = max(1, int(last)), float("nan")
-        warm = not len(self._step_ms)
-        step = _floats(self._warm_step_ms if warm else self._step_ms)[-last:]
-        phases = {name: nan if warm else _median_or_nan(_floats(a)[-last:])
-                  for name, a in zip(self.phases, self._phase_ms)}
-        return {"n": int(step.size), "warmup": warm and bool(step.size),
-                "step_ms": float(np.median(step)) if step.size else nan, "data_ms": phases.get("data", nan),
-                "phases": phases}
-
-
-def _floats(buffer):
-    """A float64 numpy view of an array('d') (no copy), empty when the buffer is."""
-    return np.frombuffer(buffer, dtype=np.float64) if len(buffer) else np.zeros(0)
+        warm_rows, rows = self._rows(self._ms)
+        warm = not len(rows)
+        rows = (warm_rows if warm else rows)[-max(1, int(last)):]
+        phases = {name: math.nan if warm else _median_or_nan(rows[:, 1 + i]) for i, name in enumerate(self.phases)}
+        return {"n": len(rows), "warmup": warm and bool(len(rows)), "step_ms": _median_or_nan(rows[:, 0]),
+                "data_ms": phases.get("data", math.nan), "phases": phases}
 
 
 def _median_or_nan(a):
     a = a[~np.isnan(a)]
-    return float(np.median(a)) if a.size else float("nan")
+    return float(np.median(a)) if a.size else math.nan
 
 
 class _NoTimer:
@@ -429,16 +389,16 @@ def _pct(x):
 
 
 def diagnose(summary):
-    """One line naming what bounds the step, with its numbers ("input-bound: data wait 41.2 ms = 23% of the 180 ms
-    step (> 5%)"), from StepTimer.summary(), optionally with the profiler's "gpu_busy_share". Rules in order: data
-    share, CPU run, profiler busy share, GPU behind, then host/GPU time per compute phase (else of their total)."""
-    step = (summary.get("step") or {}).get("median")
+    """One line naming what bounds the step, with its numbers, from StepTimer.summary() (and the profiler's optional
+    "gpu_busy_share"). Rules in order: data share, CPU run, busy share, GPU behind, host/GPU time per compute phase."""
+    def median(stats, key):
+        return (stats.get(key) or {}).get("median")
+
+    step = median(summary, "step")
     if not step:
         return "no verdict: no measured steps (all steps were warm-up, or the timer was disabled)"
-    phases = summary.get("phases") or {}
-    host_phases = summary.get("host_phases") or {}
-    data = (phases.get("data") or {}).get("median")
-    share = summary.get("data_share")
+    phases, host_phases = summary.get("phases") or {}, summary.get("host_phases") or {}
+    data, share = median(phases, "data"), summary.get("data_share")
     if share is None and data is not None:
         share = data / step
     data_txt = (f"data wait {format_ms(data)} = {_pct(share)} of the {format_ms(step)} step"
@@ -457,24 +417,23 @@ def diagnose(summary):
         return (f"GPU-bound: in {_pct(behind)} of steps the GPU had not started a step when the "
                 f"host finished issuing it (a step of work always queued); {data_txt}")
     compute = list(summary.get("compute_phases") or [])
-    host_c = (summary.get("host_compute_ms") or {}).get("median")
-    gpu_c = (summary.get("gpu_compute_ms") or {}).get("median")
+    host_c, gpu_c = median(summary, "host_compute_ms"), median(summary, "gpu_compute_ms")
     issued = (f"the host issued {'+'.join(compute) or 'compute'} in {format_ms(host_c)}, the GPU ran it in "
               f"{format_ms(gpu_c)}")
     # The per-phase rule, where the summary has host and GPU times per compute phase.
-    per_phase = [(p, (host_phases.get(p) or {}).get("median"), (phases.get(p) or {}).get("median")) for p in compute]
+    per_phase = [(p, median(host_phases, p), median(phases, p)) for p in compute]
     per_phase = [(p, h, g) for p, h, g in per_phase if g is not None and h is not None]
     total_g = sum(g for _, _, g in per_phase)
     if per_phase and total_g > 0:
         phase_behind = summary.get("phase_gpu_behind") or {}
         big = [(p, h, g) for p, h, g in per_phase if g >= 0.1 * total_g]
         for p, h, g in sorted(big, key=lambda x: x[1] / x[2]):
-            pb = phase_behind.get(p) or 0.0
-            if h < LAUNCH_BOUND_RATIO * g or pb >= GPU_BEHIND_SHARE:
-                why = (f"the GPU ran {p} in {format_ms(g)} after {format_ms(h)} of host issue "
-                       f"(host/GPU {h / g:.2f} < {LAUNCH_BOUND_RATIO})" if h < LAUNCH_BOUND_RATIO * g
-                       else f"in {_pct(pb)} of steps the GPU had not reached {p} when the host left it")
-                return f"GPU-bound: {why}; {data_txt}"
+            if h < LAUNCH_BOUND_RATIO * g:
+                return (f"GPU-bound: the GPU ran {p} in {format_ms(g)} after {format_ms(h)} of host issue "
+                        f"(host/GPU {h / g:.2f} < {LAUNCH_BOUND_RATIO}); {data_txt}")
+            if (phase_behind.get(p) or 0.0) >= GPU_BEHIND_SHARE:
+                return (f"GPU-bound: in {_pct(phase_behind[p])} of steps the GPU had not reached {p} when the host "
+                        f"left it; {data_txt}")
         ratios = ", ".join(f"{p} {h / g:.2f}" for p, h, g in big)
         return (f"launch/host-bound: {issued} (host/GPU per phase: {ratios}; >= {LAUNCH_BOUND_RATIO}, so the GPU "
                 f"waits on the host); {data_txt}")
@@ -552,9 +511,8 @@ def environment_record(device="cpu"):
 
 
 def make_run_record(config, flags, timer_summary=None, extra=None, *, environment=None):
-    """One JSON-ready record per run (results tables are generated from these): the resolved config (dict or
-    dataclass), the command-line flags, environment_record() (of the summary's device when None), the
-    StepTimer summary and its diagnosis, and extra (final loss, loader, ...)."""
+    """One JSON-ready record per run: config (dict or dataclass), flags, environment_record() (of the summary's
+    device when None), the StepTimer summary and its diagnosis, and extra (final loss, loader, ...)."""
     if environment is None:
         environment = environment_record((timer_summary or {}).get("device", "cpu"))
     return to_jsonable({
@@ -568,9 +526,8 @@ def make_run_record(config, flags, timer_summary=None, extra=None, *, environmen
 
 # Host-side rows of the transfer table: the copies are where data moves; the synchronize calls (and
 # .item()'s _local_scalar_dense) are where the host waits for queued GPU work.
-TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync",
-                "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                "aten::item", "aten::_local_scalar_dense")
+TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync", "cudaStreamSynchronize",
+                "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::item", "aten::_local_scalar_dense")
 TABLE_TITLES = (("cpu", "Top CPU operations"), ("cuda", "Top CUDA operations"),
                 ("transfers", "Memory transfers and host waits"), ("memory", "CUDA memory summary"))
 # The memory table: (row, key in stats()["cuda_memory"], torch.cuda.memory_stats key, GiB digits or None: a count).
@@ -582,13 +539,11 @@ MEMORY_ROWS = (("Peak allocated", "peak_allocated_bytes", "allocated_bytes.all.p
                ("cudaMalloc retries", "cudamalloc_retries", "num_alloc_retries", None),
                ("OOMs", "ooms", "num_ooms", None))
 
-class TrainingProfiler:
-    """torch.profiler around a training loop: a wait/warmup/active schedule, a trace, four tables.
 
-    `with TrainingProfiler(device, out_dir) as prof:`, `with prof.label("## data ##"): ...`, `prof.step()` after
-    each step. The trace goes to out_dir/trace.json or, with a TensorBoard log_dir, to
-    `<log_dir>/<host>_<pid>.<ms>.pt.trace.json` (tensorboard_trace_handler's name, opened by Perfetto too).
-    """
+class TrainingProfiler:
+    """torch.profiler with a wait/warmup/active schedule: `with TrainingProfiler(device, out_dir) as prof:`,
+    `with prof.label("## data ##"): ...`, `prof.step()` after each step; then a trace and four tables. The trace is
+    out_dir/trace.json, or with a TensorBoard log_dir `<log_dir>/<host>_<pid>.<ms>.pt.trace.json` (Perfetto too)."""
 
     def __init__(self, device="cpu", out_dir="runs/profile", *, log_dir=None, wait=1, warmup=1, active=3,
                  enabled=True, row_limit=15, record_shapes=True, profile_memory=True, with_stack=False):
@@ -644,8 +599,6 @@ class TrainingProfiler:
             prof.export_chrome_trace(tmp)
         self._trace_written = True
 
-    # -- numbers -------------------------------------------------------------------------------
-
     def profiled_steps(self):
         """Steps inside the recorded window (count of ProfilerStep#N events)."""
         return sum(int(e.count) for e in self._rows()[0] if e.key.startswith("ProfilerStep"))
@@ -673,8 +626,7 @@ class TrainingProfiler:
         by_key, transfers = {e.key: e for e in cpu}, []
         for name in TRANSFER_OPS:
             e = by_key.get(name)
-            total = float(e.cpu_time_total) / 1000.0 if e is not None else 0.0
-            calls = int(e.count) if e is not None else 0
+            total, calls = (float(e.cpu_time_total) / 1000.0, int(e.count)) if e is not None else (0.0, 0)
             transfers.append({"name": name, "cpu_total_ms": total, "cpu_ms_per_step": total / per,
                               "share": (total * 1000.0 / cpu_total) if cpu_total else None,
                               "calls": calls, "calls_per_step": calls / per, "device_ms_per_step": None})
@@ -691,14 +643,11 @@ class TrainingProfiler:
             "gpu_busy_share": min(dev_total / wall, 1.0) if self.cuda and wall > 0 else None, "top_cpu": top_cpu,
             "top_cuda": top_cuda if self.cuda else [], "transfers": transfers, "cuda_memory": self._memory}
 
-    # -- tables --------------------------------------------------------------------------------
-
     def tables(self):
         """{"cpu", "cuda", "transfers", "memory"}: markdown sections from a '### ' title (or why they are empty)."""
         if not self.enabled or self._averages is None:
-            need = self.wait + self.warmup + self.active
-            msg = (f"profiler recorded nothing: {self._steps} steps ran, the schedule needs more "
-                   f"than wait+warmup={self.wait + self.warmup} (window ends at step {need})\n"
+            msg = (f"profiler recorded nothing: {self._steps} steps ran, the schedule needs more than wait+warmup="
+                   f"{self.wait + self.warmup} (window ends at step {self.wait + self.warmup + self.active})\n"
                    if self.enabled else "profiler disabled\n")
             return {k: f"### {t}\n\n{msg}" for k, t in TABLE_TITLES}
         steps, s = self.profiled_steps(), self.stats()
@@ -747,8 +696,7 @@ class TrainingProfiler:
 
     def tables_markdown(self):
         """The four tables as one markdown string."""
-        t = self.tables()
-        return "\n".join(t[k] for k, _ in TABLE_TITLES)
+        return "\n".join(self.tables().values())
 
     def print_tables(self, file=None):
         print(self.tables_markdown(), file=file or sys.stdout)
