@@ -306,7 +306,7 @@ class StepTimer:
         phases, step, gpu_compute, warmup = stats(self._ms)
         host_phases, host_step, host_compute, warmup_host = stats(self._host_ms)
         n, med = step["n"], step["median"]
-        shares = {name: (s["median"] / med if med else None) for name, s in phases.items()}
+        shares = {name: (s["median"] / med if med and s["median"] is not None else None) for name, s in phases.items()}
         cuda = self._cuda and n
         return {
             "device": str(self.device),
