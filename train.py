@@ -20,10 +20,10 @@ from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpo
 from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
-from model import SIZE_FIELDS, ModelConfig, NanoTabPFNModel
-from profile_utils import StepTimer, TrainingProfiler, diagnose, format_duration
+from model import ModelConfig, NanoTabPFNModel
+from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
-from safe_io import OutputError, check_outputs
+from safe_io import OutputError, check_outputs, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
@@ -214,17 +214,6 @@ class _Run:
                             self.clock.train_seconds, self.checkpoint_meta)
             self.log(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
 
-    def _stop_now(self, at_check: bool) -> tuple:
-        """(stop requested, budget hit); every rank stops at the same step: they agree (MAX) where they sync."""
-        stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
-        if self.world_size == 1:
-            return stop_now, budget_hit
-        if not at_check:
-            return False, False
-        agreed = torch.tensor([float(stop_now), float(budget_hit)], device=self.device)
-        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-        return tuple(bool(v > 0) for v in agreed)
-
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
         c, eval_steps, eval_seconds = self.config, self.eval_steps, self.eval_seconds
@@ -235,8 +224,15 @@ class _Run:
         if eval_seconds > 0 and at_log:
             at_eval = self.clock.elapsed() >= eval_seconds * (len(self.history) + 1)
         at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
-        stop_now, budget_hit = self._stop_now(at_log or at_eval or at_save)
-        if not (at_log or at_eval or at_save or stop_now or budget_hit):
+        due = at_log or at_eval or at_save
+        stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
+        if self.world_size > 1 and due:   # every rank stops at the same step: they agree (MAX) where they sync
+            agreed = torch.tensor([float(stop_now), float(budget_hit)], device=self.device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            stop_now, budget_hit = (bool(v > 0) for v in agreed)
+        elif self.world_size > 1:
+            stop_now = budget_hit = False
+        if not (due or stop_now or budget_hit):
             return False
         self.losses.flush()                 # raises NonFiniteLoss before anything is saved
         self.clock.pause(self.device)
@@ -538,8 +534,6 @@ def _tensorboard(log_dir):
 def _report(session, result, scores, reference):
     """The final lines on stdout (rank 0 prints) and the JSON run record (rank 0 writes)."""
     from evaluation import format_scores
-    from profile_utils import environment_record, make_run_record
-    from safe_io import write_json_atomic
     c, info, timing = session.config, session.info, result.timing
     own = {"rank": session.rank, "step_ms_median": timing["step"]["median"],
            "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(unwrap(result.model)),
@@ -665,20 +659,15 @@ def build_parser(description=None) -> ArgumentParser:
     return p
 
 
-def train_config(args) -> TrainConfig:
-    """The TrainConfig named by parsed flags (each field's flag has the field's name)."""
-    return TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)})
-
-
-def model_size(args) -> dict:
-    """The ModelConfig size fields named by parsed flags."""
-    return {name: getattr(args, name) for name in SIZE_FIELDS if name != "num_outputs"}   # outputs: from the dump
+def from_flags(cls, args, **given):
+    """A config dataclass from parsed flags: each field's flag has the field's name; `given` sets the others."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}, **given)
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        session = prepare(train_config(args), ModelConfig(**model_size(args)), LoaderConfig())
+        session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args), LoaderConfig())
     except SETUP_ERRORS as e:
         return fail(e)
     for line in start_lines(session) + [NO_OPTIMIZATIONS]:

@@ -6,15 +6,15 @@
 import contextlib
 import os
 import sys
-from dataclasses import fields
 
 import torch
 
+from dump_format import open_dump
 from loaders import LoaderConfig
 from model import ATTENTIONS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
-from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, build_parser as train_parser, execute, model_size, prepare,
-                   start_lines, train_config)
+from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, from_flags,
+                   prepare, resolve_data, start_lines)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
 # (launch-bound), slicing wins on long ones (flash skips the padded keys), so the choice goes by length.
@@ -101,27 +101,16 @@ def check_flags(args, on_cuda: bool):
             raise UsageError(message)
 
 
-def configs(args):
-    """Parsed flags -> (TrainConfig, ModelConfig, LoaderConfig): each flag is the field of its name."""
-    loader = LoaderConfig(kind=args.loader, **{f.name: getattr(args, f.name) for f in fields(LoaderConfig)
-                                               if f.name != "kind" and hasattr(args, f.name)})
-    model = ModelConfig(attention=args.attention, feature_attention=args.feature_attention,
-                        grad_checkpoint=args.grad_checkpoint, **model_size(args))
-    return train_config(args), model, loader
-
-
 def attention_kernel(session) -> str:
     """Names the kernel the datapoint attention really runs: asks SDPA's dispatcher on the real shapes."""
     cfg, graphs, device = session.model_config, session.config.cuda_graphs, session.device
     head_dim = cfg.embedding_size // cfg.num_attention_heads
     dtype = torch.bfloat16 if session.config.amp == "bf16" else torch.float32
     what = f"{str(dtype).replace('torch.', '')}, head dim {head_dim}"
-    if cfg.attention == "mha":
-        return f"nn.MultiheadAttention ({what})"
-    if cfg.attention == "flex":
-        return f"flex_attention, block mask over the padded keys ({what})"
-    if cfg.attention == "triton":
-        return f"triton ({what})"
+    fixed = {"mha": "nn.MultiheadAttention", "triton": "triton",
+             "flex": "flex_attention, block mask over the padded keys"}
+    if cfg.attention in fixed:
+        return f"{fixed[cfg.attention]} ({what})"
     if device.type != "cuda":
         pin = f"; {cfg.attention} pinned by --attention" if cfg.attention != "sdpa" else ""
         return f"SDPA on the CPU ({what}; flash kernels need CUDA{pin})"
@@ -186,14 +175,13 @@ def main(argv=None):
     try:
         notices = []
         if args.fast:
-            from dump_format import open_dump
-            from train import resolve_data
             max_rows = int(open_dump(resolve_data(args.data), scan_values=False).num_datapoints.max())
             notices = apply_fast(args, max_rows, on_cuda)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
         args.fused_optimizer = args.fused_optimizer or args.cuda_graphs
-        session = prepare(*configs(args))
+        session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args),
+                          from_flags(LoaderConfig, args, kind=args.loader))
     except SETUP_ERRORS as e:
         return fail(e)
     for line in start_lines(session) + notices + optimizations_block(session, args):
