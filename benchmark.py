@@ -624,7 +624,8 @@ def time_to_quality(args, workload, shape, dump, best_flags, progress):
     from evaluation import first_time_passing   # lazily: sklearn and the suite load only for --quality
     history = ex["eval_history"]
     last = history[-1]["scores"] if history else {}
-    baselines = ({n: {"roc_auc": v} for n, v in last["baselines_roc_auc"].items()} if "baselines_roc_auc" in last
+    baselines = ({n: {"roc_auc": v, "mean_rank": last.get("baselines_rank", {}).get(n)}
+                  for n, v in last["baselines_roc_auc"].items()} if "baselines_roc_auc" in last
                  else {ex["reference"]["name"]: ex["reference"]["scores"]})
     passed = first_time_passing(history, baselines)
     progress.line(f"{workload} time-to-quality", f"{args.time_budget:.0f} s: {ex['steps_done']} steps, roc_auc "
@@ -634,7 +635,8 @@ def time_to_quality(args, workload, shape, dump, best_flags, progress):
     return {"budget_s": args.time_budget, "eval_every": args.eval_every, "flags": best_flags, "suite": args.eval_suite,
             "steps_done": ex["steps_done"], "train_seconds": ex["train_seconds"], "final": ex["eval"],
             "baselines": baselines, "first_passing": passed, "record": slim_record(r["record"]),
-            "history": [(e["step"], e["train_seconds"], e["scores"]["roc_auc"]) for e in history]}
+            "history": [(e["step"], e["train_seconds"], e["scores"]["roc_auc"], e["scores"].get("rank"))
+                        for e in history]}
 
 
 def mode_quality(args, command):
@@ -720,7 +722,8 @@ def build_parser():
     add("--gpus", help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to the GPU count)")
     add("--time-budget", type=float, default=0.0, help="--quality: also train --best-flags this many seconds")
     add("--eval-every", default="500", help="--quality: steps (or Ns seconds) between evals of that run")
-    add("--eval-suite", choices=["toy", "real"], default="toy", help="--quality: evaluate on the toy or real suite")
+    add("--eval-suite", choices=["toy", "real", "real-all"], default="toy",
+        help="--quality: the toy tasks, the real suite's first split per task (real), or all its splits (real-all)")
     add("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
     add("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
     return p

@@ -184,12 +184,15 @@ def compare(results: dict, ours: str) -> dict:
 
 
 def suite_eval(classifier, tasks, baselines=None, splits_per_task: int = 1) -> dict:
-    """{"roc_auc", "per_task", "seconds", "rank"}, with our rank and "baselines_roc_auc" when baselines given."""
+    """{"roc_auc", "per_task", "seconds", "rank"}; with baselines also their same-split "baselines_roc_auc" and
+    "baselines_rank" (mean ranks among us and them, 1 = best)."""
     ours = evaluate_suite(lambda: classifier, tasks, splits_per_task)
     out = {"roc_auc": ours["roc_auc"], "per_task": ours["per_task"], "seconds": ours["seconds"], "rank": None}
     if baselines:
-        out["rank"] = compare({"ours": ours, **baselines}, "ours")["methods"]["ours"]["mean_rank"]
-        out["baselines_roc_auc"] = {n: _restrict(r, ours["per_split"])["roc_auc"] for n, r in baselines.items()}
+        methods = compare({"ours": ours, **baselines}, "ours")["methods"]
+        out["rank"] = methods["ours"]["mean_rank"]
+        out["baselines_roc_auc"] = {n: methods[n]["roc_auc"] for n in baselines}
+        out["baselines_rank"] = {n: methods[n]["mean_rank"] for n in baselines}
     return out
 
 

@@ -27,6 +27,8 @@ from safe_io import OutputError, check_outputs, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
+# The toy tasks (a smoke check), the real-data suite's first split per task, or all its splits.
+EVAL_SUITES = ("toy", "real", "real-all")
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
 
 
@@ -43,7 +45,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     time_budget: float = 0.0         # seconds of training (eval, saves and compiling not counted); 0: --steps
     eval_every: str = "0"            # "N": every N steps, "Ns": every N seconds of training ("0": only at the end)
-    eval_suite: str = "toy"          # "toy": four sklearn tasks (smoke check); "real": the real-data suite
+    eval_suite: str = "toy"          # one of EVAL_SUITES
     log_every: int = 25
     timing_warmup: int = 5           # first steps excluded from the timing statistics
     no_eval: bool = False
@@ -499,11 +501,11 @@ def execute(session: Session) -> int:
 
 
 def eval_suite(name: str):
-    """classifier -> scores on the "toy" or "real" suite, loaded before the clock starts; .reference() gives
+    """classifier -> scores on an EVAL_SUITES suite, loaded before the clock starts; .reference() gives
     (name, scores) of the suite's reference baseline (toy: the Random Forest; real: the best baseline)."""
     import evaluation
-    if name == "real":
-        run = evaluation.make_suite_eval(splits_per_task=1)
+    if name in ("real", "real-all"):
+        run = evaluation.make_suite_eval(splits_per_task=1 if name == "real" else None)
         run.reference = lambda: evaluation.best_baseline(run)
         return run
     splits = evaluation.eval_splits()
@@ -641,8 +643,9 @@ def build_parser(description=None) -> ArgumentParser:
                    help="seconds of training instead of --steps (compiling, evals, saves not counted)")
     p.add_argument("--eval-every", type=eval_every_flag, default=d.eval_every,
                    help="evaluate every N steps or Ns seconds of training, clock paused (0: only at the end)")
-    p.add_argument("--eval-suite", choices=["toy", "real"], default=d.eval_suite,
-                   help="toy: four sklearn tasks (a smoke check); real: the real-data suite")
+    p.add_argument("--eval-suite", choices=list(EVAL_SUITES), default=d.eval_suite,
+                   help="toy: four sklearn tasks (a smoke check); real: 1 split of each real-data task; "
+                        "real-all: all of its splits")
     p.add_argument("--log-every", type=positive_int, default=d.log_every, help="one log line every N steps")
     p.add_argument("--timing-warmup", type=nonnegative_int, default=d.timing_warmup,
                    help="first N steps excluded from the timing statistics")

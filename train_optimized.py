@@ -50,6 +50,8 @@ def build_parser():
     s.add_argument("--fused-optimizer", action="store_true", help="graph-safe schedule-free AdamW (foreach kernels)")
     s.add_argument("--async-loss", action="store_true", help="read the loss every --log-every steps, not every step")
     s.add_argument("--grad-checkpoint", action="store_true", help="recompute each layer in backward (less memory)")
+    s.add_argument("--last-layer-target-only", action="store_true",
+                   help="the last layer computes the target column only, the one the decoder reads (same math)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     return parser
 
@@ -57,12 +59,13 @@ def build_parser():
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
     args.loader = "resident" if args.loader == "h5" else args.loader
-    args.fused_optimizer = args.async_loss = True
+    args.fused_optimizer = args.async_loss = args.last_layer_target_only = True
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
-        return ["--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss; left out "
-                "--amp bf16 (slow on CPUs), --compile (minutes of compiling) and --cuda-graphs (no CUDA)"]
+        return ["--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss "
+                "--last-layer-target-only; left out --amp bf16 (slow on CPUs), --compile (minutes of compiling) "
+                "and --cuda-graphs (no CUDA)"]
     args.compile = True
     args.amp = "bf16" if args.amp == "off" else args.amp
     if args.feature_attention == "sdpa":
@@ -84,6 +87,8 @@ def check_flags(args, on_cuda: bool):
         (args.kvikio_threads < 1, "--kvikio-threads must be at least 1"),
         (args.feature_attention != "sdpa" and args.attention == "mha",
          "--feature-attention chooses among the SDPA-path implementations; add --flash (or another --attention)"),
+        (args.last_layer_target_only and args.attention == "mha",
+         "--last-layer-target-only runs on the SDPA-path layout; add --flash (or another --attention)"),
         (args.attention == "flash" and (args.amp != "bf16" or args.cuda_graphs),
          "--attention flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs (flash takes no key mask)"),
         (args.attention in ("efficient", "cudnn", "triton") and not on_cuda,
@@ -159,6 +164,8 @@ def optimizations_block(session, args) -> list:
             ("--async-loss", c.async_loss or session.world_size > 1,
              f"active: loss read back every {c.log_every} steps, no host sync per step"),
             ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
+            ("--last-layer-target-only", m.last_layer_target_only,
+             f"active: layer {m.num_layers} computes the target column only"),
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
         if on:
             lines.append(f"  {flag:<22s} {state}")

@@ -387,12 +387,14 @@ def test_quality_with_the_real_suite_records_when_each_baseline_is_passed(tmp_pa
     """--quality --eval-suite real: the time-to-quality run is scored against every baseline, and plotted."""
     import bench_report as br
     ttq = {"flags": ["--fast"], "budget_s": 6, "eval_every": "3s", "suite": "real", "steps_done": 10,
-           "train_seconds": 6.0, "final": {"roc_auc": 0.74}, "baselines": {"lightgbm": {"roc_auc": 0.72},
-                                                                          "knn": {"roc_auc": 0.69}},
+           "train_seconds": 6.0, "final": {"roc_auc": 0.74},
+           "baselines": {"lightgbm": {"roc_auc": 0.72, "mean_rank": 2.25}, "knn": {"roc_auc": 0.69}},
            "first_passing": {"lightgbm": {"step": 10, "train_seconds": 6.0, "bar": 0.72}, "knn": None},
-           "history": [(5, 3.0, 0.70), (10, 6.0, 0.74)]}
+           "history": [(5, 3.0, 0.70), (10, 6.0, 0.74, 1.5)]}
     text = "\n".join(br.quality_lines([], ttq))
-    assert "| lightgbm | 0.7200 | step 10, 6.0 s |" in text and "| knn | 0.6900 | none within the budget |" in text
+    assert "| lightgbm | 0.7200 | 2.25 | step 10, 6.0 s |" in text
+    assert "| knn | 0.6900 | — | none within the budget |" in text
+    assert "| 10 | 6.0 | 0.7400 | 1.50 |" in text and "| 5 | 3.0 | 0.7000 | — |" in text
     _assert_png(type(tmp_path)(br.plot_time_to_quality(ttq, tmp_path / "ttq.png")))
 
 

@@ -125,6 +125,7 @@ def test_one_real_task_end_to_end(tmp_path):
     assert json.load(open(js))["methods"]["knn"]["wins"] in (0, 1)
     quick = ev.suite_eval(tiny_classifier(), tasks, baselines)
     assert set(quick) >= {"roc_auc", "rank", "per_task", "seconds", "baselines_roc_auc"} and 1 <= quick["rank"] <= 6
+    assert quick["rank"] + sum(quick["baselines_rank"].values()) == pytest.approx(sum(range(1, 7)))   # 6 methods
     one = ev.baseline_scores(tasks, path=cache, splits_per_task=1)       # its own cache entries
     assert all(r["splits"] == 1 for r in one.values()) and ev.baseline_scores(tasks, path=cache) == baselines
     evaluate_now = ev.make_suite_eval(tasks, splits_per_task=1, baselines_path=cache)

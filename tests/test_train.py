@@ -312,6 +312,7 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--flash", "--cuda-graphs", "--optimizer", "adamw"], "schedule-free"),
     (["--log-every", "0"], "--log-every"),
     (["--feature-attention", "matmul"], "add --flash"),
+    (["--last-layer-target-only"], "add --flash"),
     (["--attention", "flash"], "--amp bf16"),
     (["--attention", "flash", "--amp", "bf16", "--cuda-graphs"], "key mask"),
     (["--attention", "cudnn"], "CUDA kernel"),
@@ -382,6 +383,18 @@ def test_pinned_flash_kernel_trains_and_evaluates(dump, tmp_path):
     assert pinned["eval"] and "pinned by --attention" in pinned["attention_kernel"]
 
 
+def test_last_layer_target_only_trains_the_same_losses(dump, tmp_path, capsys):
+    common = ["--data", dump, "--steps", "5", "--batch-size", "4", "--seed", "3", "--flash", "--log-every", "5",
+              "--timing-warmup", "1", "--no-eval"]
+    _, full = run_main("train_optimized", [*common, "--record", str(tmp_path / "f.json")])
+    capsys.readouterr()
+    code, target = run_main("train_optimized", [*common, "--last-layer-target-only", "--record",
+                                                str(tmp_path / "t.json")])
+    assert code == 0 and "computes the target column only" in capsys.readouterr().out
+    assert target["losses"] == pytest.approx(full["losses"], rel=1e-4)
+    assert target["losses"] != pytest.approx([full["losses"][0]] * 5)   # the weights moved: the steps differ
+
+
 def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch):
     import train_optimized
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -394,13 +407,14 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     long_tables, _ = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
     assert not long_tables.cuda_graphs and long_tables.attention == "flash"   # sliced: no mask, flash
-    assert long_tables.feature_attention == "broadcast"
+    assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
     short, _ = fast([], 150)
     assert short.cuda_graphs and short.attention == "flex"                    # padded: flex skips masked keys
     mine, _ = fast(["--attention", "math"], 5000)
     assert mine.attention == "math"                                           # an explicit choice wins
     cpu, notices = fast([], 150, on_cuda=False)
     assert not (cpu.compile or cpu.cuda_graphs) and cpu.amp == "off" and cpu.attention == "sdpa"
+    assert cpu.last_layer_target_only
     assert notices and "left out" in notices[0] and "--compile" in notices[0]   # says what it left out
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp, _ = fast([], 150)
@@ -535,3 +549,16 @@ def test_eval_every_takes_steps_or_seconds():
     for bad in ("-1", "xs", "nan"):
         with pytest.raises(ValueError):
             eval_interval(bad)
+
+
+@pytest.mark.parametrize("suite, splits", [("real", 1), ("real-all", None)])
+def test_eval_suite_real_picks_the_splits_per_task(suite, splits, monkeypatch):
+    import evaluation
+    import train
+    asked = []
+
+    def fake_make_suite_eval(splits_per_task):
+        asked.append(splits_per_task)
+        return lambda classifier: {}
+    monkeypatch.setattr(evaluation, "make_suite_eval", fake_make_suite_eval)
+    assert callable(train.eval_suite(suite).reference) and asked == [splits]
