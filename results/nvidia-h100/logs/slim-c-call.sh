@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One GPU call: benchmark.py --quality on every split of the real suite (--eval-suite real-all, 235 splits) for the
+# upstream workload: baseline and --fast for 300 steps, then 60 s of --fast evaluated every 15 s of training.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wsf/*.whl \
+  .whl/lightgbm-*.whl && export PYTHONPATH=/tmp/site || exit
+export PYTHONUNBUFFERED=1
+FINAL=${OUT:-/tmp/out}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout 560 python benchmark.py --quality --workloads upstream --repeats 1 --steps 300 --timing-warmup 20 \
+  --eval-suite real-all --time-budget 60 --eval-every 15s --out "$FINAL/quality" 2>&1 | tee "$FINAL/quality.log"
+echo "benchmark exit ${PIPESTATUS[0]}"
+ls "$FINAL/quality"
