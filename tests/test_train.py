@@ -407,9 +407,10 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     long_tables, _ = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
     assert not long_tables.cuda_graphs and long_tables.attention == "flash"   # sliced: no mask, flash
-    assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
+    assert long_tables.feature_attention == "broadcast" and not long_tables.last_layer_target_only
     short, _ = fast([], 150)
     assert short.cuda_graphs and short.attention == "flex"                    # padded: flex skips masked keys
+    assert short.last_layer_target_only                                       # short tables only (measured)
     mine, _ = fast(["--attention", "math"], 5000)
     assert mine.attention == "math"                                           # an explicit choice wins
     cpu, notices = fast([], 150, on_cuda=False)
