@@ -43,6 +43,7 @@ class TrainConfig:
     device: str = "auto"
     optimizer: str = "schedulefree"  # "schedulefree" (upstream) or "adamw" (torch.optim.AdamW)
     grad_clip: float = 1.0
+    missing_cells: float = 0.0       # half the prior's tables lose up to this share of cells, mean-filled (0: off)
     time_budget: float = 0.0         # seconds of training (eval, saves and compiling not counted); 0: --steps
     eval_every: str = "0"            # "N": every N steps, "Ns": every N seconds of training ("0": only at the end)
     eval_suite: str = "toy"          # one of EVAL_SUITES
@@ -100,6 +101,18 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
         logits = model((batch.x, batch.y[:, :split]), train_test_split_index=split)  # (B, R-S, O)
     targets = batch.y[:, split:].reshape(-1).long()                                   # (B*(R-S),)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
+
+
+def fill_missing_cells(batch, max_share: float, generator: torch.Generator):
+    """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
+    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
+    x, split = batch.x, batch.split
+    draw = functools.partial(torch.rand, generator=generator, device=x.device)
+    share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
+    missing = draw(x.shape) < share                                                              # (B, R, F)
+    kept = ~missing[:, :split]                                                                   # (B, S, F)
+    mean = torch.where(kept, x[:, :split], 0.0).sum(1, keepdim=True) / kept.sum(1, keepdim=True).clamp(min=1)
+    return batch._replace(x=torch.where(missing, mean, x))
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
@@ -293,6 +306,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     if resume_state is not None:
         run.log(f"resumed from {config.ckpt} at step {step}")
     fingerprints, batches = [], iter(loader)
+    cells = torch.Generator(device) if config.missing_cells else None
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:
@@ -301,6 +315,10 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
+                    if cells is not None:
+                        # Seeded per step and rank: a resumed run draws the same cells, ranks different ones.
+                        cells.manual_seed((config.seed * 1_000_003 + step) * 4096 + rank)
+                        batch = fill_missing_cells(batch, config.missing_cells, cells)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
@@ -613,6 +631,16 @@ positive_int = _number(int, 1, False, "an integer >= 1")
 nonnegative_int = _number(int, 0, False, "an integer >= 0")
 
 
+def share_flag(text: str) -> float:
+    value = nonnegative_float(text)
+    if value >= 1:
+        raise ValueError(text)
+    return value
+
+
+share_flag.__name__ = "a share in [0, 1)"
+
+
 def eval_every_flag(text: str) -> str:
     eval_interval(text)
     return text
@@ -630,6 +658,8 @@ def build_parser(description=None) -> ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="datasets per step (per rank)")
     p.add_argument("--lr", type=positive_float, default=d.lr, help="learning rate (finite, > 0)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed for weights and torch RNG")
+    p.add_argument("--missing-cells", type=share_flag, default=d.missing_cells,
+                   help="half the prior's tables lose up to this share of cells, filled with the train mean (0: off)")
     p.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
     p.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
                    help="schedule-free AdamW (upstream) or torch AdamW")

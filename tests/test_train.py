@@ -563,3 +563,36 @@ def test_eval_suite_real_picks_the_splits_per_task(suite, splits, monkeypatch):
         return lambda classifier: {}
     monkeypatch.setattr(evaluation, "make_suite_eval", fake_make_suite_eval)
     assert callable(train.eval_suite(suite).reference) and asked == [splits]
+
+
+def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_alone():
+    from loaders import Batch
+    from train import fill_missing_cells
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 30, 4, generator=g) * 3 + 1
+    batch = Batch(x.clone(), torch.zeros(64, 30), 12, False)
+    out = fill_missing_cells(batch, 0.5, torch.Generator().manual_seed(1))
+    assert torch.equal(batch.x, x) and out.split == 12 and out.y is batch.y   # the loader's tensor is untouched
+    changed = (out.x != x).flatten(1).any(1)
+    assert 16 < int(changed.sum()) < 48                                      # about half the tables
+    for b in torch.nonzero(changed).flatten().tolist():
+        missing = out.x[b] != x[b]                                           # (R, F); a fill never equals the value
+        for f in range(4):
+            kept = ~missing[:12, f]
+            if missing[:, f].any() and kept.any():
+                assert torch.allclose(out.x[b, missing[:, f], f], x[b, :12, f][kept].mean(), atol=1e-5)
+    share = (out.x != x)[changed].float().mean()
+    assert 0.1 < share < 0.4                                                 # U(0, 0.5) per table, 0.25 on average
+    again = fill_missing_cells(batch, 0.5, torch.Generator().manual_seed(1))
+    assert torch.equal(again.x, out.x)
+
+
+def test_missing_cells_flag_trains_reproducibly_and_is_checked(dump, tmp_path):
+    common = ["--data", dump, "--steps", "4", "--batch-size", "4", "--log-every", "4", "--timing-warmup", "1",
+              "--no-eval", "--missing-cells", "0.5"]
+    _, a = run_main("train", [*common, "--record", str(tmp_path / "a.json")])
+    _, b = run_main("train", [*common, "--record", str(tmp_path / "b.json")])
+    _, off = run_main("train", [*common[:-2], "--record", str(tmp_path / "c.json")])
+    assert a["losses"] == b["losses"] and a["losses"] != off["losses"] and a["config"]["train"]["missing_cells"] == 0.5
+    p = script(["train.py", "--data", dump, "--steps", "2", "--missing-cells", "1"])
+    assert p.returncode == 2 and "--missing-cells" in p.stderr and p.stderr.count("\n") == 1
