@@ -103,10 +103,12 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
 
 
-def fill_missing_cells(batch, max_share: float, generator: torch.Generator):
+def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
     """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
-    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
+    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept.
+    Drawn from (seed, step, rank) alone, so a resumed run draws the same cells and ranks draw different ones."""
     x, split = batch.x, batch.split
+    generator = torch.Generator(x.device).manual_seed((seed * 1_000_003 + step) * 4096 + rank)
     draw = functools.partial(torch.rand, generator=generator, device=x.device)
     share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
     missing = draw(x.shape) < share                                                              # (B, R, F)
@@ -277,10 +279,8 @@ class _Run:
 
 def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, checkpoint_meta=None,
           resume_state=None, scalars=None) -> TrainResult:
-    """Trains on loaders.Batch items, each step timed from the request for its batch; shape: (R_max, F_max).
-
-    eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None.
-    """
+    """Trains on loaders.Batch items, each step timed from the request for its batch; shape: (R_max, F_max);
+    eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None."""
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer)
@@ -306,7 +306,6 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     if resume_state is not None:
         run.log(f"resumed from {config.ckpt} at step {step}")
     fingerprints, batches = [], iter(loader)
-    cells = torch.Generator(device) if config.missing_cells else None
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:
@@ -315,10 +314,8 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    if cells is not None:
-                        # Seeded per step and rank: a resumed run draws the same cells, ranks different ones.
-                        cells.manual_seed((config.seed * 1_000_003 + step) * 4096 + rank)
-                        batch = fill_missing_cells(batch, config.missing_cells, cells)
+                    if config.missing_cells:
+                        batch = fill_missing_cells(batch, config.missing_cells, config.seed, step, rank)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
