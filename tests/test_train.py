@@ -398,19 +398,23 @@ def test_last_layer_target_only_trains_the_same_losses(dump, tmp_path, capsys):
 def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch):
     import train_optimized
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: True)
     parse = train_optimized.build_parser().parse_args
 
     def fast(argv, max_rows, on_cuda=True):
         args = parse(["--fast", *argv])
         return args, train_optimized.apply_fast(args, max_rows=max_rows, on_cuda=on_cuda)
 
-    long_tables, _ = fast([], 5000)
+    long_tables, notices = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
-    assert not long_tables.cuda_graphs and long_tables.attention == "flash"   # sliced: no mask, flash
-    assert long_tables.feature_attention == "broadcast" and not long_tables.last_layer_target_only
-    short, _ = fast([], 150)
-    assert short.cuda_graphs and short.attention == "flex"                    # padded: flex skips masked keys
-    assert short.last_layer_target_only                                       # short tables only (measured)
+    assert not long_tables.cuda_graphs and long_tables.attention == "triton" and not notices   # sliced: no mask
+    assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
+    monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
+    no_triton, notices = fast([], 5000)
+    assert no_triton.attention == "flash" and len(notices) == 1 and "FlashAttention-2 instead" in notices[0]
+    short, notices = fast([], 150)
+    assert short.cuda_graphs and short.attention == "flex" and not notices    # padded: flex skips masked keys
+    assert short.last_layer_target_only
     mine, _ = fast(["--attention", "math"], 5000)
     assert mine.attention == "math"                                           # an explicit choice wins
     cpu, notices = fast([], 150, on_cuda=False)
