@@ -42,6 +42,7 @@ CONFIGS = [
     ("+broadcast-features", FAST_STACK[:7], "beyond"), ("+fused+async", FAST_STACK, "beyond"),
     ("+flash-kernel", FAST_STACK + ["--attention", "flash"], "beyond"),
     ("+last-layer-target-only", FAST_STACK + ["--attention", "flash", "--last-layer-target-only"], "beyond"),
+    ("+triton", FAST_STACK + ["--attention", "triton", "--last-layer-target-only"], "beyond"),
     ("+cuda-graphs", FAST_STACK + ["--cuda-graphs"], "beyond"),
     ("+flex", FAST_STACK + ["--cuda-graphs", "--attention", "flex"], "beyond"), ("fast", ["--fast"], "beyond")]
 FLAGS = {name: flags for name, flags, _ in CONFIGS}

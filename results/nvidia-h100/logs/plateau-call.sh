@@ -15,15 +15,18 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.t
 export BLOG="--data $PWD/data/blog1200.h5 --batch-size 6 --steps 1000 --timing-warmup 20 --no-eval --log-every 250"
 export W T0=$(date +%s) LIMIT=${LIMIT:-470}   # seconds since T0 (each xargs shell restarts $SECONDS)
 one() {  # config seed; not started once the call's time is nearly spent
-  local config=$1 seed=$2 flags="--fast"
-  [ "$config" = triton-ll ] && flags="--fast --last-layer-target-only --attention triton"
+  # flash: --fast of .old/ (cacd46e: FlashAttention-2, no shortcut on long tables); triton-ll: the flags spelled out.
+  local config=$1 seed=$2 dir=. flags="--fast --last-layer-target-only --attention triton"
+  [ "$config" = flash ] && dir=.old flags="--fast"
+  [ "$config" = triton-ll-lr2e-3 ] && flags="$flags --lr 2e-3"
   local now=$(( $(date +%s) - T0 ))
   if [ "$now" -gt "$LIMIT" ]; then echo "$config-s$seed skipped (time)"; return; fi
-  timeout $((LIMIT + 110 - now)) python train_optimized.py $BLOG $flags --seed "$seed" \
-    --record "$W/$config-s$seed.json" > "$W/$config-s$seed.log" 2>&1
+  (cd $dir && timeout $((LIMIT + 110 - now)) python train_optimized.py $BLOG $flags --seed "$seed" \
+    --record "$W/$config-s$seed.json") > "$W/$config-s$seed.log" 2>&1
   echo "$config-s$seed exit $? at $(( $(date +%s) - T0 ))s"
 }
 export -f one
-for seed in $SEEDS; do echo "flash $seed"; echo "triton-ll $seed"; done | xargs -P 4 -L 1 bash -c 'one $0 $1'
+CONFIGS=${CONFIGS:-"flash triton-ll"}
+for seed in $SEEDS; do for config in $CONFIGS; do echo "$config $seed"; done; done | xargs -P 4 -L 1 bash -c 'one $0 $1'
 python results/nvidia-h100/plateau/table.py "$W" | tee "$W/table.md"
 tar czf "$FINAL/call.tgz" -C "$W" .
