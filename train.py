@@ -78,12 +78,23 @@ class TrainResult:
     profile_tables: str = ""
     peak_memory_bytes: int = 0
     stopped_by: object = None        # signal name when SIGINT/SIGTERM ended the run
+    stalled_at: int | None = None    # the step at which the loss was found stuck at ln(num_outputs)
     batch_fingerprints: list = field(default_factory=list)
     step_times_ms: list = field(default_factory=list)
 
 
 class NonFiniteLoss(RuntimeError):
     """Training produced a NaN/inf loss: the run stops without writing a checkpoint."""
+
+
+# A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
+STALLED_STEPS = 200
+
+
+def loss_at_chance(losses: list, num_outputs: int) -> bool:
+    """Whether the last STALLED_STEPS losses average ln(num_outputs) within 0.002: the class prior, nothing learned."""
+    recent = losses[-STALLED_STEPS:]
+    return len(recent) == STALLED_STEPS and abs(sum(recent) / STALLED_STEPS - math.log(num_outputs)) < 0.002
 
 
 # torch.compile keeps the feature count static up to this many features (one graph per count, so the
@@ -213,6 +224,7 @@ class _Run:
     world_size: int
     history: list = field(default_factory=list)
     stop: StopRequest = None
+    stalled_at: int | None = None    # the log step at which the loss was found stuck at ln(num_outputs)
 
     def __post_init__(self):
         self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
@@ -260,6 +272,12 @@ class _Run:
             for tag, value in (("train/loss", self.losses.values[-1]), ("time/step_ms", recent["step_ms"]),
                                ("time/data_ms", recent["data_ms"])):
                 self.scalar(tag, value, step)
+            outputs = unwrap(self.model).config.num_outputs
+            if self.stalled_at is None and loss_at_chance(self.losses.values, outputs):
+                self.stalled_at = step
+                self.log(f"warning: the loss has averaged ln {outputs} = {math.log(outputs):.3f} (uniform predictions) "
+                         f"over the last {STALLED_STEPS} steps: the model has stopped learning. A lower --lr avoided this "
+                         f"where measured (--lr 2e-3 on the blog's tables, 1e-3 for a wider model; README)")
         if at_eval and self.eval_fn is not None and self.rank == 0:
             from evaluation import format_scores
             scores = self.eval_fn(self.model, self.optimizer)
@@ -349,7 +367,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     summary = timer.summary()
     result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=run.history,
                          steps_done=step, train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
-                         diagnosis=diagnose(summary), stopped_by=run.stop.requested,
+                         diagnosis=diagnose(summary), stopped_by=run.stop.requested, stalled_at=run.stalled_at,
                          batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms(),
                          profile_tables=profiler.tables_markdown() if profiler else "",
                          peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0)
@@ -595,7 +613,7 @@ def _report(session, result, scores, reference):
                "profile_tables": result.profile_tables, "world_size": session.world_size, "per_rank": per_rank,
                "step_times_ms": result.step_times_ms, "global_batch": global_batch,
                "datasets_per_second": (global_batch * 1000.0 / step_ms) if step_ms else None,
-               "attention_kernel": session.attention_kernel})
+               "attention_kernel": session.attention_kernel, "stalled_at_step": result.stalled_at})
     write_json_atomic(c.record, record)
 
 

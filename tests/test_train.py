@@ -48,6 +48,31 @@ def test_loss_falls_on_a_learnable_prior(tmp_path):
     assert len(losses) == 120
     first, last = sum(losses[:15]) / 15, sum(losses[-15:]) / 15
     assert last < 0.8 * first, (first, last)  # the labels are a function of feature 0: learnable
+    assert rec["stalled_at_step"] is None
+
+
+def test_loss_at_chance_needs_a_full_window_at_ln_k():
+    import math
+    import train
+    n = train.STALLED_STEPS
+    assert train.loss_at_chance([math.log(2)] * n, 2) and train.loss_at_chance([9.0] + [math.log(10)] * n, 10)
+    assert not train.loss_at_chance([math.log(2)] * (n - 1), 2)          # too few steps yet
+    assert not train.loss_at_chance([math.log(2) + 0.01] * n, 2)         # near chance, still moving
+    assert not train.loss_at_chance([0.3, 1.1] * (n // 2), 2)            # averages 0.7, but far from it
+
+
+def test_a_run_stuck_at_chance_warns_once_and_records_the_step(dump, tmp_path, monkeypatch, capsys):
+    import math
+    import train
+    monkeypatch.setattr(train, "STALLED_STEPS", 10)
+    # Uniform predictions: the loss is ln 2 at every step, as in the blog runs that stopped learning.
+    monkeypatch.setattr(train, "loss_on_batch", lambda model, batch, *a: sum(p.sum() for p in model.parameters())
+                        * 0 + math.log(2))
+    code, rec = run_main("train", ["--data", dump, "--steps", "30", "--batch-size", "4",
+                                   "--record", str(tmp_path / "r.json"), *FAST])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("warning: the loss has averaged ln 2 = 0.693") == 1 and "--lr 2e-3" in out
+    assert rec["stalled_at_step"] == 10                                  # the first log point with 10 losses
 
 
 def test_both_scripts_give_the_same_losses_with_no_flags(dump, tmp_path):
