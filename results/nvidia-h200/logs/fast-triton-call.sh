@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One GPU call (H200): blog --fast before (.old/ = cacd46e: FlashAttention-2, no last-layer shortcut on long tables) and
+# after (--attention triton and --last-layer-target-only on long tables), interleaved, twice; each run alone on the GPU.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wsf/*.whl \
+  && export PYTHONPATH=/tmp/site || exit
+export PYTHONUNBUFFERED=1
+FINAL=${OUT:-/tmp/out}; W=/tmp/wf200; mkdir -p "$W" "$FINAL" data
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
+[ -f data/blog600.h5 ] || python prior_dump.py --preset blog --num-datasets 600 --out data/blog600.h5 --no-progress \
+  > "$W/dumps.log" 2>&1
+blog="--data $PWD/data/blog600.h5 --batch-size 6 --steps 300 --timing-warmup 20 --no-eval --log-every 100"
+run() {  # name dir flags...; skipped once the call's time is nearly spent
+  local name=$1 dir=$2; shift 2
+  if [ "$SECONDS" -gt 420 ]; then echo "$name skipped (time)"; return; fi
+  (cd "$dir" && timeout 200 python train_optimized.py $blog "$@" --record "$W/$name.json") > "$W/$name.log" 2>&1
+  echo "$name exit $? at ${SECONDS}s"
+}
+for i in 1 2; do run blog-old-$i .old --fast; run blog-new-$i . --fast; done
+python results/nvidia-h100/slim/table.py "$W" | tee "$W/table.md"
+tar czf "$FINAL/call.tgz" -C "$W" .
