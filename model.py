@@ -33,7 +33,8 @@ class ModelConfig:
     """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
     triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
     torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
-    (the last layer computes the target column only: the decoder reads nothing else; off "mha")."""
+    (the last layer computes the target column only, and on unpadded tables only its test rows after the feature
+    attention: the decoder reads nothing else; off "mha")."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -163,7 +164,8 @@ class NanoTabPFNModel(nn.Module):
         return ", ".join(f"{name}={getattr(self.config, name)}" for name in SPEED_ONLY_FIELDS)
 
     def _run_blocks(self, x_emb: torch.Tensor, y_emb: torch.Tensor, *args) -> torch.Tensor:
-        """Feature (B, R, C-1, E) and target (B, R, 1, E) cells through the blocks -> target cells (B, R, E)."""
+        """Feature (B, R, C-1, E) and target (B, R, 1, E) cells through the blocks -> target cells (B, R, E), or
+        (B, R-S, E) (the test rows) when last_layer_target_only skipped the rest on an unpadded table."""
         mha = self.config.attention == "mha"
         if mha:
             src = torch.cat([x_emb, y_emb], dim=2)                                   # (B, R, C, E), upstream's
@@ -194,7 +196,8 @@ class NanoTabPFNModel(nn.Module):
                              f"y_train's length {y_src.shape[1]}")
         x_emb = self.feature_encoder(x_src, split)       # (B, R, C-1, E)
         y_emb = self.target_encoder(y_src, num_rows)     # (B, R, 1, E)
-        return self.decoder(self._run_blocks(x_emb, y_emb, split)[:, split:])   # (B, R-S, num_outputs)
+        target = self._run_blocks(x_emb, y_emb, split)   # (B, R, E), or (B, R-S, E) with the shortcut
+        return self.decoder(target[:, target.shape[1] - (num_rows - split):])   # (B, R-S, num_outputs)
 
     def forward_padded(self, x: torch.Tensor, y: torch.Tensor, split: torch.Tensor, num_rows: torch.Tensor,
                        num_features: torch.Tensor) -> torch.Tensor:
@@ -298,12 +301,15 @@ class TransformerEncoderLayer(nn.Module):
 
     def forward(self, src: torch.Tensor, train_test_split_index: int | None, row_keys: torch.Tensor | None = None,
                 column_keys: torch.Tensor | None = None, block_mask=None, target_only: bool = False) -> torch.Tensor:
-        """src (B, R, C, E) on "mha", else (B, C, R, E), and the same out, or (B, 1, R, E) with target_only (the
-        last column's rows only). Unpadded tables pass S; padded ones None and the (R,) / (C,) bool keys of the two
-        attentions (and on "flex" the BlockMask of row_keys)."""
+        """src (B, R, C, E) on "mha", else (B, C, R, E), and the same out; with target_only the last column only,
+        (B, 1, R, E) on padded tables and (B, 1, R-S, E) (its test rows: train rows are only keys here) on unpadded
+        ones. Unpadded tables pass S; padded ones None and the (R,) / (C,) bool keys of the two attentions (and on
+        "flex" the BlockMask of row_keys)."""
         features = self._attend_features(src, column_keys, target_only)
         src = self.norm1(features + (src[:, -1:] if target_only else src))
-        src = self.norm2(self._attend_datapoints(src, train_test_split_index, row_keys, block_mask) + src)
+        first = train_test_split_index if target_only and train_test_split_index is not None else 0
+        attended = self._attend_datapoints(src, train_test_split_index, row_keys, block_mask, first)
+        src = self.norm2(attended + src[:, :, first:])
         return self.norm3(self.linear2(F.gelu(self.linear1(src))) + src)
 
     def _attend_features(self, src: torch.Tensor, column_keys: torch.Tensor | None,
@@ -337,8 +343,8 @@ class TransformerEncoderLayer(nn.Module):
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,
-                           block_mask=None) -> torch.Tensor:
-        """Every row attends to the train rows of its column (the same keys for every query)."""
+                           block_mask=None, first_query: int = 0) -> torch.Tensor:
+        """Every row from first_query on attends to the train rows of its column (the same keys for every query)."""
         attention = self.self_attention_between_datapoints
         if self.attention == "mha":
             batch_size, rows, columns, embedding = src.shape
@@ -357,10 +363,11 @@ class TransformerEncoderLayer(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in in_projection(attention, seqs))   # (B*C, H, R, D) each
         if row_keys is None:
             k, v = k[:, :, :split], v[:, :, :split]   # keys and values are the first S rows: a slice, no copy, no mask
+        q = q[:, :, first_query:]                                          # (B*C, H, Rq, D): a slice
         out = datapoint_attention(q, k, v, self.attention, key_mask=row_keys if block_mask is None else None,
                                   block_mask=block_mask)
-        # (B*C, H, R, D) -> (B, C, R, E): a view when the kernel wrote (B*C, R, H, D) memory, else one copy.
-        out = out.transpose(1, 2).reshape(batch_size, columns, rows, embedding)
+        # (B*C, H, Rq, D) -> (B, C, Rq, E): a view when the kernel wrote (B*C, Rq, H, D) memory, else one copy.
+        out = out.transpose(1, 2).reshape(batch_size, columns, q.shape[2], embedding)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
 

@@ -251,7 +251,11 @@ def test_last_layer_target_only_changes_nothing_and_skips_the_feature_columns(pa
     shapes = []
     b.transformer_blocks[-1].register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
     b((x, y[:, :split]), split)
-    assert shapes == [(batch, 1, rows, SMALL["embedding_size"])]   # one column of R rows, not features + 1
+    assert shapes == [(batch, 1, rows - split, SMALL["embedding_size"])]   # the target column's test rows only
+    xp, yp = pad(x, y, rows + 2, features + 1, seed=0, garbage=True)
+    t = lambda v: torch.tensor(v, dtype=torch.int64)
+    b.forward_padded(xp, yp, t(split), t(rows), t(features))
+    assert shapes[1] == (batch, 1, rows + 2, SMALL["embedding_size"])   # padded: the column, every row
 
 
 # ---------------------------------------------------------------- static-shape forward

@@ -21,13 +21,14 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_GPU = HAS_TRITON and torch.cuda.is_available()
 
 # (N, H, R, S, D, layout): "views" = the model's transposed q/k/v views of one (N, R, 3, H, D) buffer with
-# sliced keys; "padded" = views of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads);
-# "contiguous" = separate (N, H, rows, D) tensors.
+# sliced keys; "test-rows" = the same with queries from row S on (the last layer's shortcut); "padded" = views
+# of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads); "contiguous" = separate (N, H, rows, D) tensors.
 CPU_CASES = [(2, 2, 37, 19, 24, "views"), (1, 2, 70, 1, 16, "views"), (1, 1, 33, 65, 64, "contiguous"),
-             (1, 2, 45, 45, 40, "padded")]
+             (1, 2, 45, 45, 40, "padded"), (2, 2, 37, 19, 24, "test-rows")]
 GPU_CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3, 4, 4999, 1237, 24, "views"),
              (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 3, 300, 129, 40, "padded"),
-             (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views")]
+             (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "test-rows"),
+             (2, 4, 999, 998, 24, "test-rows")]
 # Small tiles (many blocks, tails on every side), the split dQ launch and the atomic dQ path.
 SMALL = dict(fwd_block_m=16, fwd_block_n=16, kv_block_m=16, kv_block_n=16, q_block_m=16, q_block_n=16)
 CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2),
@@ -35,7 +36,7 @@ CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2
 
 
 def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
-    """q (N, H, R, D), k and v (N, H, S, D) leaves in the given layout, random normal."""
+    """q (N, H, R, D) (rows S.. with "test-rows"), k and v (N, H, S, D) leaves in the given layout, random normal."""
     gen = torch.Generator().manual_seed(seed)
     if layout == "contiguous":
         return [torch.randn(n, heads, length, d, generator=gen).to(device, dtype).requires_grad_()
@@ -43,6 +44,7 @@ def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
     width = d + 3 if layout == "padded" else d
     base = torch.randn(n, rows, 3, heads, width, generator=gen).to(device, dtype)[..., :d]
     q, k, v = (t.transpose(1, 2) for t in base.unbind(2))                 # (N, H, R, D) strided views
+    q = q[:, :, keys:] if layout == "test-rows" else q
     return [t.detach().requires_grad_() for t in (q, k[:, :, :keys], v[:, :, :keys])]
 
 
@@ -169,3 +171,23 @@ def test_gpu_key_length_is_a_runtime_argument():
     before = compiled()
     errors_against_sdpa((2, 4, 500, 333, 24, "views"), torch.bfloat16, "cuda")
     assert compiled() == before and sum(before.values()) >= 3
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
+def test_gpu_model_with_triton_and_the_last_layer_shortcut_matches_sdpa():
+    """The whole model in bf16: triton with the last layer on the target's test rows against SDPA, full layers."""
+    from model import ModelConfig, NanoTabPFNModel
+    torch.manual_seed(0)
+    ref = NanoTabPFNModel(ModelConfig(attention="sdpa")).cuda()
+    tri = NanoTabPFNModel(ModelConfig(attention="triton", last_layer_target_only=True)).cuda()
+    tri.load_state_dict(ref.state_dict())
+    x, y = torch.randn(2, 3001, 5, device="cuda"), (torch.rand(2, 1237, device="cuda") < 0.5).float()
+    results = []
+    for model in (ref, tri):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model((x, y), train_test_split_index=1237).float()             # (B, R-S, 2)
+        (logits * torch.linspace(-1, 1, logits.numel(), device="cuda").view_as(logits)).sum().backward()
+        results.append((logits, torch.cat([p.grad.flatten() for p in model.parameters()])))
+    (logits_ref, grads_ref), (logits_tri, grads_tri) = results
+    assert logits_tri.shape == (2, 3001 - 1237, 2)
+    assert relative_error(logits_tri, logits_ref) < 2e-2 and relative_error(grads_tri, grads_ref) < 5e-2
