@@ -29,10 +29,10 @@ def summarize_record(record):
     step = timing["step"]
     if step.get("median") is None:
         raise KeyError("run record has no measured steps (all warm-up?)")
+    p10, p90 = (float(step["median"] if step.get(k) is None else step[k]) for k in ("p10", "p90"))
     loss = ex.get("final_loss")
     return {
-        "step_ms": float(step["median"]), "step_p10": float(step["median"] if step.get("p10") is None else step["p10"]),
-        "step_p90": float(step["median"] if step.get("p90") is None else step["p90"]),
+        "step_ms": float(step["median"]), "step_p10": p10, "step_p90": p90,
         "step_times": [float(v) for v in ex.get("step_times_ms") or []] or None,
         "phases": {name: float(stats["median"]) for name, stats in (timing.get("phases") or {}).items()
                    if isinstance(stats, dict) and stats.get("median") is not None},
@@ -40,8 +40,8 @@ def summarize_record(record):
         "peak_memory_bytes": int(ex.get("peak_memory_bytes") or 0), "data_path": ex.get("data_path"),
         "attention_kernel": ex.get("attention_kernel") or ex.get("sdpa_backend"),   # sdpa_backend: older records
         "final_loss": float(loss) if isinstance(loss, (int, float)) else None, "diagnosis": ex.get("diagnosis") or "",
-        "world_size": int(ex.get("world_size") or 1), "global_batch": int(ex["global_batch"]) if ex.get("global_batch")
-        else None, "measured_steps": int(timing.get("measured_steps") or step.get("n") or 0)}
+        "world_size": int(ex.get("world_size") or 1), "global_batch": int(ex.get("global_batch") or 0) or None,
+        "measured_steps": int(timing.get("measured_steps") or step.get("n") or 0)}
 
 
 def aggregate(summaries):
@@ -86,7 +86,7 @@ def add_speedups(rows, baseline="baseline"):
     """Sets row["speedup"] = baseline median / row median (None without a baseline row) in place."""
     base = next((r for r in rows if r["config"] == baseline and r.get("median_ms")), None)
     for row in rows:
-        row["speedup"] = (base["median_ms"] / row["median_ms"]) if base and row.get("median_ms") else None
+        row["speedup"] = base["median_ms"] / row["median_ms"] if base and row.get("median_ms") else None
     return rows
 
 
@@ -108,8 +108,8 @@ def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baselin
             row["status"] = f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}" if problems else "ok"
         else:
             errors = [r["error"] for r in mine if r["error"]]
-            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(mine[0]["status"] if mine else "",
-                                                                              "failed: ")
+            status = mine[0]["status"] if mine else None
+            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(status, "failed: ")
             row["status"] = kind + (errors[0] if errors else "no run")
         rows.append(row)
     return add_speedups(rows, baseline)
@@ -167,8 +167,7 @@ ABLATION_COLUMNS = ("config", "flags", "ms/step median [p10–p90]", "repeat med
 
 
 def ablation_table(rows, batch_size):
-    """Markdown lines of one workload's rows_for() (batch_size: datasets per step and rank); configs without a
-    timing become notes, then each config's diagnosis."""
+    """Markdown lines of one workload's rows_for() (batch_size: datasets per step and rank), notes, diagnoses."""
     cells, notes, diagnoses = [], [], []
     for row in rows:
         flags = " ".join(row["flags"]) or "(none)"
@@ -195,8 +194,7 @@ def gpu_label(gpus):
 
 
 def scaling_rows(runs, workload, gpus, batch_size):
-    """Rows of one workload's scaling table (runs labelled gpu_label(N)): step_ms {median, p10, p90},
-    datasets_per_s (global batch / median step), efficiency (vs the fewest count); else only gpus and status."""
+    """Rows of one workload's scaling table (runs labelled gpu_label(N)); efficiency is against the fewest GPUs."""
     rows, base = [], None
     for g in gpus:
         mine = [r for r in runs if r["workload"] == workload and r["config"] == gpu_label(g)]
@@ -245,8 +243,8 @@ def quality_lines(runs, ttq):
         evals.setdefault(x["name"], []).append(ex["eval"]["roc_auc"])
         reference = ex.get("reference") or {"name": "random forest", "scores": ex["random_forest"]}
         evals.setdefault(reference["name"], []).append(reference["scores"]["roc_auc"])
-    cells += [[f"**{name}**: mean over seeds", "", "", f"{statistics.mean(aucs):.4f} (min {min(aucs):.4f}, max "
-               f"{max(aucs):.4f})", "", ""] for name, aucs in evals.items()]
+    cells += [[f"**{name}**: mean over seeds", "", "", f"{statistics.mean(aucs):.4f} (min {min(aucs):.4f}, "
+               f"max {max(aucs):.4f})", "", ""] for name, aucs in evals.items()]
     lines = table(["configuration", "seed", "final loss (mean of last 50 steps)", "ROC AUC", "accuracy",
                    "balanced accuracy"], cells)
     if ttq:
@@ -360,8 +358,8 @@ def now_iso():
 
 def header_lines(title, command, env, extra=()):
     """The header of every results file: command, date, commit, device and versions."""
-    versions = ", ".join(f"{label} {env.get(label.lower()) if env.get(label.lower()) is not None else 'n/a'}"
-                         for label in ("torch", "CUDA", "cuDNN", "kvikio", "driver", "python"))
+    versions = ", ".join(f"{label} {'n/a' if value is None else value}" for label in
+                         ("torch", "CUDA", "cuDNN", "kvikio", "driver", "python") for value in [env.get(label.lower())])
     gpus = f" x{env['gpu_count']}" if (env.get("gpu_count") or 0) > 1 else ""
     return [f"# {title}", "", f"- command: `{command}`", f"- date: {now_iso()}", f"- git commit: {git_commit()}",
             f"- device: {device_name(env)}{gpus} (host {env.get('hostname', platform.node())})",
@@ -400,28 +398,23 @@ class Progress:
         print(f"[{self.done}/{self.total}] {label}: {text}, {eta}", flush=True)
 
 
-# ---- Plots (matplotlib Agg, imported lazily; PNGs written atomically) ----------------------------
+# ---- Plots (matplotlib's Figure without pyplot, imported lazily; PNGs written atomically) ---------
 
-def _figure(rows, what, **kwargs):
+def _figure(rows, what, figsize, ncols=1):
     """(fig, axes) of a new figure; ValueError without rows."""
     if not rows:
         raise ValueError(f"{what}: no rows")
-    import matplotlib
-    matplotlib.use("Agg", force=True)   # headless: no display on CI or the GPU host
-    import matplotlib.pyplot as plt
-    return plt.subplots(**kwargs)
+    from matplotlib.figure import Figure   # no pyplot: no backend, no display, nothing to close
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(ncols=ncols)
 
 
 def _save_png(fig, path, title):
-    """Writes the figure (title on its first axes) and closes it; the path."""
-    import matplotlib.pyplot as plt
+    """Writes the figure (title on its first axes); the path."""
     if title:
         fig.axes[0].set_title(title)
-    try:
-        with atomic_output(path, "plot") as tmp:
-            fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    with atomic_output(path, "plot") as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     return os.fspath(path)
 
 
@@ -466,11 +459,10 @@ def _bars(rows, what):
 
 
 def plot_phase_bars(rows, path, title="Step time by phase"):
-    """Stacked bars of each phase's median per configuration, a black tick at the step median;
-    rows [{"config", "phases": {phase: ms}, "step_ms": {"median", ...} (optional)}]. Returns path."""
+    """Stacked phase medians, a tick at the step median; rows [{"config", "phases": {phase: ms}, "step_ms"}]."""
     fig, ax, x = _bars(rows, "plot_phase_bars")
-    colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange",
-              "optimizer": "tab:green", "other": "tab:gray"}
+    colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green",
+              "other": "tab:gray"}
     bottom = np.zeros(len(rows))
     for name in _phase_names(r.get("phases", {}) for r in rows):
         vals = np.array([float(r.get("phases", {}).get(name) or 0.0) for r in rows])
@@ -496,19 +488,19 @@ def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
     base_med = _step_median(base)
     sp, lo, hi = [], [], []
     for r in rows:
+        st = r.get("step_ms") or {}
         if r.get("speedup") is not None:
             s = float(r["speedup"])
-            lo_v, hi_v = float(r.get("speedup_p10", s)), float(r.get("speedup_p90", s))
-        else:
-            st = r.get("step_ms") or {}
-            if not base_med or not st.get("median"):
-                raise ValueError(f"plot_speedup: row {r.get('config')!r} has neither 'speedup' "
-                                 "nor step_ms medians (for it and the baseline)")
+            band = float(r.get("speedup_p10", s)), float(r.get("speedup_p90", s))
+        elif base_med and st.get("median"):
             s = base_med / st["median"]
-            lo_v, hi_v = base_med / st.get("p90", st["median"]), base_med / st.get("p10", st["median"])
+            band = base_med / st.get("p90", st["median"]), base_med / st.get("p10", st["median"])
+        else:
+            raise ValueError(f"plot_speedup: row {r.get('config')!r} has neither 'speedup' "
+                             "nor step_ms medians (for it and the baseline)")
         sp.append(s)
-        lo.append(max(s - min(lo_v, hi_v), 0.0))
-        hi.append(max(max(lo_v, hi_v) - s, 0.0))
+        lo.append(max(s - min(band), 0.0))
+        hi.append(max(max(band) - s, 0.0))
     fig, ax, x = _bars(rows, "plot_speedup")
     ax.bar(x, sp, 0.6, yerr=[lo, hi], capsize=4, color="tab:blue")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
@@ -521,7 +513,7 @@ def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
 def _smooth(values, frac=0.02):
     """Centred moving average over ~frac of the curve (at least 1 point); edges shrink."""
     v = np.asarray(values, dtype=np.float64)
-    w = max(1, int(round(len(v) * frac)))
+    w = int(round(len(v) * frac))
     if w <= 1 or len(v) < 3:
         return v
     k = np.ones(w)
@@ -552,12 +544,10 @@ def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=
             sd = stack.std(axis=0, ddof=1)
             lo, hi = (stack.min(axis=0), stack.max(axis=0)) if band == "minmax" else (mean - sd, mean + sd)
             ax.fill_between(steps0, lo, hi, color=f"C{i % 10}", alpha=0.2, lw=0)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss" + (" (smoothed)" if smooth else ""))
+    ax.set(xlabel="step", ylabel="loss" + (" (smoothed)" if smooth else ""))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save_png(fig, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across "
-                     "repeats")
+    return _save_png(fig, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across repeats")
 
 
 def plot_scaling(rows, path, title="Multi-GPU scaling"):
