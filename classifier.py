@@ -48,7 +48,7 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
         model.load_state_dict({re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in state["model"].items()})
     except (RuntimeError, TypeError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        detail = lines[1].strip() if len(lines) > 1 else lines[0]
+        detail = (lines[1:] or lines)[0].strip()
         raise ValueError(f"checkpoint {path}: its tensors do not match its model_config ({detail[:200]})") from None
     if not all(torch.isfinite(p).all() for p in model.state_dict().values() if p.is_floating_point()):
         raise ValueError(f"checkpoint {path} holds non-finite weights")
@@ -188,8 +188,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """Chooses the kept columns and the missing-value fill from the training rows."""
         sentinel = np.where(np.isnan(X), np.nanmax(np.abs(np.nan_to_num(X))) * 2 + 1, X)
         kept, seen = [], set()
-        for j in range(X.shape[1]):
-            column = sentinel[:, j]
+        for j, column in enumerate(sentinel.T):
             key = column.tobytes()
             if np.all(column == column[0]) or key in seen:      # constant (missingness too) or duplicate
                 continue

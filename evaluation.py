@@ -122,19 +122,13 @@ def summarize(per_split: dict, seconds: float = 0.0) -> dict:
             "seconds": seconds, "splits": len(per_split)}
 
 
-def _restrict(result: dict, keys) -> dict:
-    """A result cut to the given "task#i" keys, so that methods are compared on the same splits."""
-    return summarize({k: result["per_split"][k] for k in keys}, result.get("seconds", 0.0))
-
-
 def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_task=None) -> dict:
     """{baseline: evaluate_suite result}, cached in `path` under a hash of the tasks, settings and versions."""
     import sklearn
     from importlib.metadata import PackageNotFoundError, version
-    try:
+    lightgbm = None   # when missing, the lightgbm baseline fails when it runs, with its own message
+    with contextlib.suppress(PackageNotFoundError):
         lightgbm = version("lightgbm")
-    except PackageNotFoundError:   # the lightgbm baseline then fails when it runs, with its own message
-        lightgbm = None
     digest = hashlib.sha256()
     for t in tasks:
         for part in (t.name.encode(), np.ascontiguousarray(t.X).tobytes(), np.ascontiguousarray(t.splits[0][0])):
@@ -155,25 +149,19 @@ def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_ta
     return {n: cached[n + suffix] for n in names}
 
 
-def _ranks(per_task_by_method: dict) -> dict:
-    """Mean rank per method (1 = best ROC AUC on a task, ties share the average rank)."""
-    from scipy.stats import rankdata
-    methods = list(per_task_by_method)
-    scores = np.array([[per_task_by_method[m][t] for m in methods] for t in per_task_by_method[methods[0]]])
-    ranks = np.vstack([rankdata(-row) for row in scores])                    # (tasks, methods)
-    return {m: float(ranks[:, i].mean()) for i, m in enumerate(methods)}
-
-
 def compare(results: dict, ours: str) -> dict:
-    """Mean ROC AUC, mean rank and wins/ties/losses vs `ours` of {method: evaluate_suite result}, common splits."""
+    """Mean ROC AUC, mean rank (1 = best on a task, ties share the average) and wins/ties/losses vs `ours` of
+    {method: evaluate_suite result}, all on the splits common to every method."""
+    from scipy.stats import rankdata
     common = set.intersection(*(set(r["per_split"]) for r in results.values()))
     keys = [k for k in results[ours]["per_split"] if k in common]
-    cut = {m: _restrict(r, keys) for m, r in results.items()}
-    ranks = _ranks({m: r["per_task"] for m, r in cut.items()})
+    cut = {m: summarize({k: r["per_split"][k] for k in keys}, r.get("seconds", 0.0)) for m, r in results.items()}
+    scores = np.array([[r["per_task"][t] for r in cut.values()] for t in cut[ours]["per_task"]])
+    ranks = np.vstack([rankdata(-row) for row in scores])                    # (tasks, methods)
     summary = {"methods": {}, "ours": ours, "splits": len(keys)}
-    for method, r in cut.items():
+    for i, (method, r) in enumerate(cut.items()):
         seconds = results[method]["seconds"]
-        entry = {"roc_auc": r["roc_auc"], "mean_rank": ranks[method], "seconds": seconds,
+        entry = {"roc_auc": r["roc_auc"], "mean_rank": float(ranks[:, i].mean()), "seconds": seconds,
                  "seconds_per_split": seconds / max(1, results[method]["splits"])}
         if method != ours:
             diff = np.array([cut[ours]["per_task"][t] - r["per_task"][t] for t in r["per_task"]])
@@ -217,9 +205,8 @@ def best_baseline(suite_run) -> tuple:
 
 
 def first_time_passing(eval_history, baselines) -> dict:
-    """{baseline: {"step", "train_seconds", "bar"} of the first entry of eval_history reaching it, or None}.
-
-    The bar is the entry's same-split "baselines_roc_auc" when present, else the baseline's "roc_auc"."""
+    """{baseline: {"step", "train_seconds", "bar"} of the first entry of eval_history reaching it, or None}; the
+    bar is the entry's same-split "baselines_roc_auc" when present, else the baseline's "roc_auc"."""
     def first(name, roc_auc):
         for entry in eval_history or []:
             bar = entry["scores"].get("baselines_roc_auc", {}).get(name, roc_auc)

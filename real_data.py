@@ -1,8 +1,7 @@
 """The real-data suite: binary tasks chosen by RULE from the Rdatasets CSVs inside the `pydataset` package.
 
 Its archive is read with tarfile + csv (importing pydataset writes to the home folder); tasks and fixed splits
-are cached in data/real_suite.npz.
-"""
+are cached in data/real_suite.npz."""
 import csv
 import hashlib
 import importlib.util
