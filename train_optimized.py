@@ -17,7 +17,7 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
                    prepare, resolve_data, start_lines)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
-# (launch-bound), slicing wins on long ones (flash skips the padded keys), so the choice goes by length.
+# (launch-bound), slicing wins on long ones (the kernel skips the padded keys), so the choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
 
 
