@@ -172,7 +172,7 @@ class NanoTabPFNModel(nn.Module):
         else:
             src = torch.cat([x_emb.transpose(1, 2), y_emb.transpose(1, 2)], dim=1)  # (B, C, R, E): one copy
         for i, block in enumerate(self.transformer_blocks):
-            # The decoder reads the target column only: the last layer may skip the feature columns.
+            # The decoder reads the target column's test rows only: the last layer may skip the rest.
             target_only = self.config.last_layer_target_only and i == len(self.transformer_blocks) - 1
             if self.config.grad_checkpoint and torch.is_grad_enabled():
                 # Keeps only the layer's input; the backward recomputes the rest.
@@ -197,7 +197,8 @@ class NanoTabPFNModel(nn.Module):
         x_emb = self.feature_encoder(x_src, split)       # (B, R, C-1, E)
         y_emb = self.target_encoder(y_src, num_rows)     # (B, R, 1, E)
         target = self._run_blocks(x_emb, y_emb, split)   # (B, R, E), or (B, R-S, E) with the shortcut
-        return self.decoder(target[:, target.shape[1] - (num_rows - split):])   # (B, R-S, num_outputs)
+        test_rows = target[:, target.shape[1] - (num_rows - split):]   # the last R-S rows either way (R-S may be 0)
+        return self.decoder(test_rows)                   # (B, R-S, num_outputs)
 
     def forward_padded(self, x: torch.Tensor, y: torch.Tensor, split: torch.Tensor, num_rows: torch.Tensor,
                        num_features: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ def build_parser():
     s.add_argument("--async-loss", action="store_true", help="read the loss every --log-every steps, not every step")
     s.add_argument("--grad-checkpoint", action="store_true", help="recompute each layer in backward (less memory)")
     s.add_argument("--last-layer-target-only", action="store_true",
-                   help="the last layer computes the target column only, the one the decoder reads (same math)")
+                   help="the last layer computes only what the decoder reads: the target column (same math)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     return parser
 
@@ -183,7 +183,7 @@ def optimizations_block(session, args) -> list:
              f"active: loss read back every {c.log_every} steps, no host sync per step"),
             ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
             ("--last-layer-target-only", m.last_layer_target_only,
-             f"active: layer {m.num_layers} computes the target column only"),
+             f"active: layer {m.num_layers} computes the target column only (its test rows, unpadded)"),
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
