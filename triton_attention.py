@@ -63,11 +63,12 @@ if triton is not None:
         kmask = (keys[:, None] < S) & (offs_d[None, :] < D)
         k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
         v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
-        qk = tl.dot(q, tl.trans(k)) * QK_SCALE
+        qk = tl.dot(q, tl.trans(k))
         if TAIL:
             qk = tl.where(keys[None, :] < S, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
+        # the max of the raw scores, scaled once per row: the scale then rides in the exponent's FMA
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * QK_SCALE)
+        p = tl.math.exp2(qk * QK_SCALE - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
