@@ -34,7 +34,7 @@ PY
 fi
 configs_blog=baseline,pinned,streams,gds-bin,flash,resident,pinned+streams,pinned+streams+gds-bin,pinned+streams+gds-bin+flash,resident+flash+bf16,+compile,+broadcast-features,+fused+async,+flash-kernel,+last-layer-target-only,+triton,fast
 configs_up=baseline,pinned+streams+gds-bin+flash,resident+flash+bf16,+fused+async,+cuda-graphs,+flex,fast
-left=$(( (560 - SECONDS - 200) ))
+left=$(( ${LIMIT:-560} - SECONDS - 200 ))
 budget=$(python3 -c "print(max(0.1, $left / 60))")
 if [ "$PHASE" = upstream ]; then
   python benchmark.py --workloads upstream --repeats 2 --steps 120 --timing-warmup 20 --configs $configs_up \
