@@ -20,6 +20,7 @@ import bench_report as br
 from profile_utils import format_ms
 from runtime import ArgumentParser, UsageError, fail, resolve_device
 from safe_io import write_json_atomic
+from train import EVAL_SUITES
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -724,7 +725,7 @@ def build_parser():
     add("--gpus", help="process counts for --scaling, e.g. 1,2 (default: 1,2,4,8 up to the GPU count)")
     add("--time-budget", type=float, default=0.0, help="--quality: also train --best-flags this many seconds")
     add("--eval-every", default="500", help="--quality: steps (or Ns seconds) between evals of that run")
-    add("--eval-suite", choices=["toy", "real", "real-all"], default="toy",
+    add("--eval-suite", choices=list(EVAL_SUITES), default="toy",
         help="--quality: the toy tasks, the real suite's first split per task (real), or all its splits (real-all)")
     add("--loader-batches", type=int, default=200, help="timed batches per loader in --loaders-only")
     add("--h2d-mib", type=int, default=256, help="buffer size of the host-to-device reference copy")
