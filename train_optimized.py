@@ -152,7 +152,9 @@ def attention_kernel(session) -> str:
     name = {kernel: n for n, kernel in SDPA_KERNELS.items()}.get(choice, choice.name.lower())
     why = (" — pinned by --attention" if cfg.attention != "sdpa" else
            " — key mask of the padded step: flash takes no mask" if graphs and name != "flash" else
-           " — no flash kernel for fp32; add --amp bf16" if dtype == torch.float32 and name != "flash" else "")
+           " — no flash kernel for fp32; add --amp bf16" if dtype == torch.float32 and name != "flash" else
+           " — it plans on the host at every new split length (~0.1 s each); --attention flash does not"
+           if name == "cudnn" and not graphs else "")
     return f"{name} ({what}{', masked' if graphs else ''}){why}"
 
 

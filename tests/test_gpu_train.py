@@ -65,6 +65,13 @@ def test_pinned_flash_kernel_compiles_and_evaluates(tmp_path, dump):
     assert rec["eval"] and rec["attention_kernel"].startswith("flash")
 
 
+def test_kernel_line_says_cudnn_plans_at_every_split(tmp_path, dump):
+    """SDPA's own bf16 pick on sliced tables: where it is cuDNN (torch 2.11 on Hopper), the line says what it costs."""
+    kernel = losses(tmp_path, dump, "--flash", "--amp", "bf16", steps=4)["attention_kernel"]
+    assert kernel.startswith(("cudnn", "flash", "efficient")), kernel
+    assert not kernel.startswith("cudnn") or "plans on the host at every new split length" in kernel, kernel
+
+
 def test_graphed_step_captures_the_nccl_gradient_all_reduce(tmp_path, dump):
     """A one-rank NCCL group: the graphed step's all-reduce is captured and replayed, and the losses equal
     the graphed step without a process group (the average over one rank is the identity)."""
