@@ -528,7 +528,7 @@ def execute(session: Session) -> int:
         reference = suite.reference()
     _report(session, result, scores, reference)
     if session.world_size > 1:
-        dist.barrier()   # no rank closes its connections while another still uses them (gloo aborts on that)
+        dist.barrier()   # every rank is past its last collective before any tears its connections down
         dist.destroy_process_group()
     # A run ended by a signal exits 128+signum after checkpointing, as the shell convention expects.
     return {"SIGINT": 130, "SIGTERM": 143}.get(result.stopped_by, 0)
