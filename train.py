@@ -44,6 +44,7 @@ class TrainConfig:
     optimizer: str = "schedulefree"  # "schedulefree" (upstream) or "adamw" (torch.optim.AdamW)
     grad_clip: float = 1.0
     missing_cells: float = 0.0       # half the prior's tables lose up to this share of cells, mean-filled (0: off)
+    categorical_columns: float = 0.0  # this share of the prior's columns become shuffled category codes (0: off)
     time_budget: float = 0.0         # seconds of training (eval, saves and compiling not counted); 0: --steps
     eval_every: str = "0"            # "N": every N steps, "Ns": every N seconds of training ("0": only at the end)
     eval_suite: str = "toy"          # one of EVAL_SUITES
@@ -114,18 +115,41 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
 
 
+def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> torch.Generator:
+    """A generator for one batch transform, seeded from (seed, step, rank, stream) alone: a resumed run draws the same
+    values, ranks draw different ones, and each transform (stream) its own."""
+    return torch.Generator(device).manual_seed((seed * 1_000_003 + step) * 4096 + rank + (stream << 60))
+
+
 def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
     """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
-    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept.
-    Drawn from (seed, step, rank) alone, so a resumed run draws the same cells and ranks draw different ones."""
+    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
     x, split = batch.x, batch.split
-    generator = torch.Generator(x.device).manual_seed((seed * 1_000_003 + step) * 4096 + rank)
-    draw = functools.partial(torch.rand, generator=generator, device=x.device)
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 0), device=x.device)
     share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
     missing = draw(x.shape) < share                                                              # (B, R, F)
     kept = ~missing[:, :split]                                                                   # (B, S, F)
     mean = torch.where(kept, x[:, :split], 0.0).sum(1, keepdim=True) / kept.sum(1, keepdim=True).clamp(min=1)
     return batch._replace(x=torch.where(missing, mean, x))
+
+
+def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
+    """Real tables' ordinal-coded categories, whose code order says nothing: each non-constant column becomes, with
+    probability share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in a random
+    order. A new x (B, R, F); the loader's is kept."""
+    x = batch.x
+    num_tables, rows, features = x.shape
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
+    chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+    max_levels = max(2, rows // 2)
+    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
+    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
+    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
+    level = (below * levels / rows).long()                                                    # (B, R, F) in [0, K)
+    # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
+    key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
+    code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
+    return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
@@ -332,6 +356,8 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
+                    if config.categorical_columns:
+                        batch = make_categorical_columns(batch, config.categorical_columns, config.seed, step, rank)
                     if config.missing_cells:
                         batch = fill_missing_cells(batch, config.missing_cells, config.seed, step, rank)
                     if graphed is not None:
@@ -676,6 +702,8 @@ def build_parser(description=None) -> ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed, help="seed for weights and torch RNG")
     p.add_argument("--missing-cells", type=share_flag, default=d.missing_cells,
                    help="half the prior's tables lose up to this share of cells, filled with the train mean (0: off)")
+    p.add_argument("--categorical-columns", type=share_flag, default=d.categorical_columns,
+                   help="this share of the prior's columns become category codes in a random order (0: off)")
     p.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
     p.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
                    help="schedule-free AdamW (upstream) or torch AdamW")

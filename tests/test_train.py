@@ -628,12 +628,44 @@ def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_
     assert not torch.equal(fill_missing_cells(batch, 0.5, seed=1, step=1).x, out.x)   # each step its own cells
 
 
-def test_missing_cells_flag_trains_reproducibly_and_is_checked(dump, tmp_path):
+def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
+    from loaders import Batch
+    from train import make_categorical_columns
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 40, 4, generator=g)
+    x[:, :, 2] = torch.floor(x[:, :, 2] * 2)          # an ordinal column: its ties must keep one code
+    x[:, :, 3] = 0.0                                   # a padded feature: never touched
+    batch = Batch(x.clone(), torch.zeros(64, 40), 16, False)
+    out = make_categorical_columns(batch, 0.5, seed=1, step=0)
+    assert torch.equal(batch.x, x) and out.split == 16 and out.y is batch.y
+    changed = (out.x != x).any(1)                                            # (B, F)
+    assert not changed[:, 3].any() and 0.3 < changed[:, :3].float().mean() < 0.7
+    orders = set()
+    for b, f in torch.nonzero(changed).tolist():
+        codes = out.x[b, :, f]
+        levels = int(codes.max()) + 1
+        assert 2 <= levels <= 20 and torch.equal(codes, codes.round()) and codes.min() >= 0
+        for value in x[b, :, f].unique():                                    # equal values, one code
+            assert len(codes[x[b, :, f] == value].unique()) == 1
+        if f < 2:   # distinct values: K levels of R/K rows each, numbered in a random order
+            counts = torch.bincount(codes.long(), minlength=levels)
+            assert counts.min() > 0 and counts.max() - counts.min() <= 1
+            order = tuple(codes[x[b, :, f].argsort()].unique_consecutive().tolist())
+            orders.add(order == tuple(sorted(order)))
+    assert orders == {True, False}                                           # not always in the values' order
+    assert torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=0).x, out.x)
+    assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out.x)
+
+
+def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path):
     common = ["--data", dump, "--steps", "4", "--batch-size", "4", "--log-every", "4", "--timing-warmup", "1",
               "--no-eval", "--missing-cells", "0.5"]
     _, a = run_main("train", [*common, "--record", str(tmp_path / "a.json")])
     _, b = run_main("train", [*common, "--record", str(tmp_path / "b.json")])
     _, off = run_main("train", [*common[:-2], "--record", str(tmp_path / "c.json")])
     assert a["losses"] == b["losses"] and a["losses"] != off["losses"] and a["config"]["train"]["missing_cells"] == 0.5
-    p = script(["train.py", "--data", dump, "--steps", "2", "--missing-cells", "1"])
-    assert p.returncode == 2 and "--missing-cells" in p.stderr and p.stderr.count("\n") == 1
+    _, cat = run_main("train", [*common, "--categorical-columns", "0.5", "--record", str(tmp_path / "d.json")])
+    assert cat["losses"] != a["losses"] and cat["config"]["train"]["categorical_columns"] == 0.5
+    for flag in ("--missing-cells", "--categorical-columns"):
+        p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
+        assert p.returncode == 2 and flag in p.stderr and p.stderr.count("\n") == 1
