@@ -20,7 +20,10 @@ print(f"| run | steps | ROC AUC at the 30 s eval, at 60 s | rank at 60 s | {len(
 print("|---|---|---|---|---|---|---|")
 for file in sorted(f for f in os.listdir(folder) if f.endswith((".json", ".json.gz"))):
     name = file.split(".json")[0]
-    extra = json.load((gzip.open if file.endswith(".gz") else open)(os.path.join(folder, file), "rt"))["extra"]
+    record = json.load((gzip.open if file.endswith(".gz") else open)(os.path.join(folder, file), "rt"))
+    if "extra" not in record:
+        continue   # not a run record (heldout.json)
+    extra = record["extra"]
     last = extra["eval"]
     per_task = last["per_task"]
     cat = np.mean([per_task[t] for t in categorical])
