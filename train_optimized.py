@@ -112,6 +112,9 @@ def check_flags(args, on_cuda: bool):
         (args.attention in ("efficient", "cudnn", "triton") and not on_cuda,
          f"--attention {args.attention} is a CUDA kernel and this run is on the CPU"),
         (args.attention == "triton" and args.cuda_graphs, "--attention triton takes no key mask; drop --cuda-graphs"),
+        (args.attention == "triton" and on_cuda and not triton_kernel_runs(),
+         "--attention triton needs the triton package and a GPU with bf16 tensor cores (sm80+); "
+         "use --attention flash"),
         (args.attention == "flex" and not args.cuda_graphs,
          "--attention flex serves the padded step of --cuda-graphs; add --cuda-graphs"),
         (args.cuda_graphs and args.optimizer != "schedulefree",

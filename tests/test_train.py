@@ -352,6 +352,17 @@ def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
     assert p.stderr.count("\n") == 1, p.stderr
 
 
+def test_triton_attention_is_refused_before_any_work_where_it_cannot_run(monkeypatch):
+    import train_optimized
+    from runtime import UsageError
+    args = train_optimized.build_parser().parse_args(["--attention", "triton", "--amp", "bf16"])
+    monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
+    with pytest.raises(UsageError, match="needs the triton package"):
+        train_optimized.check_flags(args, on_cuda=True)
+    monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: True)
+    train_optimized.check_flags(args, on_cuda=True)                    # where it runs, nothing is refused
+
+
 def test_model_size_flags_reach_the_model_and_its_checkpoint(dump, tmp_path):
     ck = tmp_path / "m.pt"
     size = dict(embedding_size=48, num_attention_heads=2, mlp_hidden_size=64, num_layers=2)
