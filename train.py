@@ -123,17 +123,11 @@ def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> to
 
 def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
     """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
-    cells, each filled with its column's mean over the kept train rows; half of those lose them at random, the
-    other half mostly at one end of each column (missing not at random, as in real tables). A new x (B, R, F)."""
+    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
     x, split = batch.x, batch.split
     draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 0), device=x.device)
     share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
     missing = draw(x.shape) < share                                                              # (B, R, F)
-    # By value: a cell's chance is 2 * share * its quantile in the column, counted from a random end.
-    by_value = draw(x.shape[0], 1, 1) < 0.5                                                       # (B, 1, 1)
-    quantile = x.argsort(1).argsort(1) / max(1, x.shape[1] - 1)                                   # (B, R, F)
-    quantile = torch.where(draw(x.shape[0], 1, x.shape[2]) < 0.5, quantile, 1 - quantile)
-    missing = torch.where(by_value, draw(x.shape) < 2 * share * quantile, missing)
     kept = ~missing[:, :split]                                                                   # (B, S, F)
     mean = torch.where(kept, x[:, :split], 0.0).sum(1, keepdim=True) / kept.sum(1, keepdim=True).clamp(min=1)
     return batch._replace(x=torch.where(missing, mean, x))

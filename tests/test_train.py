@@ -635,11 +635,6 @@ def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_
                 assert torch.allclose(out.x[b, missing[:, f], f], x[b, :12, f][kept].mean(), atol=1e-5)
     share = (out.x != x)[changed].float().mean()
     assert 0.1 < share < 0.4                                                 # U(0, 0.5) per table, 0.25 on average
-    quantile = x.argsort(1).argsort(1) / 29.0                                # (B, R, F)
-    lost = [quantile[b][(out.x != x)[b][:, f], f].mean() for b in torch.nonzero(changed).flatten().tolist()
-            for f in range(4) if (out.x != x)[b][:, f].sum() >= 8]
-    skewed = sum(abs(q - 0.5) > 0.15 for q in lost)                          # at random: 5-9% of such columns
-    assert 0.18 * len(lost) < skewed < 0.6 * len(lost)                        # by value in half the tables: 24-34%
     assert torch.equal(fill_missing_cells(batch, 0.5, seed=1, step=0).x, out.x)
     assert not torch.equal(fill_missing_cells(batch, 0.5, seed=1, step=1).x, out.x)   # each step its own cells
 
