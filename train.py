@@ -152,6 +152,15 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
+def transform_prior(batch, config: TrainConfig, step: int, rank: int):
+    """The batch transforms that --categorical-columns and --missing-cells ask for, in that order."""
+    if config.categorical_columns:
+        batch = make_categorical_columns(batch, config.categorical_columns, config.seed, step, rank)
+    if config.missing_cells:
+        batch = fill_missing_cells(batch, config.missing_cells, config.seed, step, rank)
+    return batch
+
+
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
     """Forward, backward, clip, optimizer step: upstream's step, each phase timed."""
     with timer.phase("forward"):
@@ -356,10 +365,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    if config.categorical_columns:
-                        batch = make_categorical_columns(batch, config.categorical_columns, config.seed, step, rank)
-                    if config.missing_cells:
-                        batch = fill_missing_cells(batch, config.missing_cells, config.seed, step, rank)
+                    batch = transform_prior(batch, config, step, rank)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
