@@ -133,14 +133,6 @@ def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int 
     return batch._replace(x=torch.where(missing, mean, x))
 
 
-def _count_below(t: torch.Tensor) -> torch.Tensor:
-    """(B, N, F) -> (B, N, F) int64: how many entries of its column are smaller than each entry."""
-    if t.shape[0] * t.shape[1] ** 2 * t.shape[2] <= 1 << 24:   # small tables: one compare, not a sort (GPU time)
-        return (t[:, None, :, :] < t[:, :, None, :]).sum(2)
-    by_column = t.transpose(1, 2).contiguous()                                                # (B, F, N)
-    return torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)
-
-
 def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
     """Real tables' ordinal-coded categories, whose code order says nothing: each non-constant column becomes, with
     probability share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in a random
@@ -151,11 +143,12 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
     max_levels = max(2, rows // 2)
     levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
-    below = _count_below(x)                                                                   # (B, R, F): ties share
+    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
+    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
     level = (below * levels / rows).long()                                                    # (B, R, F) in [0, K)
     # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
     key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
-    code = _count_below(key)                                                                  # (B, K_max, F)
+    code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
     return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
