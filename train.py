@@ -525,8 +525,12 @@ def start_lines(session: Session) -> list:
     ranks = f" | {session.world_size} ranks x batch {c.batch_size}" if session.world_size > 1 else ""
     plan = (f"{c.time_budget:.0f} s of training (compiling, evals and saves not counted)" if c.time_budget > 0
             else f"{c.steps} steps (ETA on each log line)")
+    transforms = [f"--{name.replace('_', '-')} {share:g}" for name, share in
+                  (("categorical_columns", c.categorical_columns), ("missing_cells", c.missing_cells)) if share]
+    prior = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
+             f"inside the clock)"] if transforms else []
     return [f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"
-            f" | device {session.device}{ranks}", f"plan: {plan}; log every {c.log_every} steps",
+            f" | device {session.device}{ranks}", *prior, f"plan: {plan}; log every {c.log_every} steps",
             *session.notices]
 
 

@@ -668,7 +668,7 @@ def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
     assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out.x)
 
 
-def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path):
+def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path, capsys):
     common = ["--data", dump, "--steps", "4", "--batch-size", "4", "--log-every", "4", "--timing-warmup", "1",
               "--no-eval", "--missing-cells", "0.5"]
     _, a = run_main("train", [*common, "--record", str(tmp_path / "a.json")])
@@ -676,6 +676,8 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
     _, off = run_main("train", [*common[:-2], "--record", str(tmp_path / "c.json")])
     assert a["losses"] == b["losses"] and a["losses"] != off["losses"] and a["config"]["train"]["missing_cells"] == 0.5
     _, cat = run_main("train", [*common, "--categorical-columns", "0.5", "--record", str(tmp_path / "d.json")])
+    assert "prior: the dump's tables transformed per batch by --categorical-columns 0.5, --missing-cells 0.5" \
+        in capsys.readouterr().out
     assert cat["losses"] != a["losses"] and cat["config"]["train"]["categorical_columns"] == 0.5
     for flag in ("--missing-cells", "--categorical-columns"):
         p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
