@@ -323,6 +323,8 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
             raise ValueError(f"datapoint_attention indexes with int32: a {tuple(t.shape)} tensor spans too much memory")
     if not q.device == k.device == v.device:
         raise ValueError(f"datapoint_attention wants q, k, v on one device, got {q.device}/{k.device}/{v.device}")
+    if scale is not None and not scale > 0:   # the forward scales the row max once: it needs a positive scale
+        raise ValueError(f"datapoint_attention needs a positive scale, got {scale}")
     if triton is None:
         raise RuntimeError("datapoint_attention needs triton (pip install triton)")
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

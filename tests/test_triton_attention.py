@@ -127,6 +127,9 @@ def test_rejects_bad_inputs():
         ta.datapoint_attention(big, big, big)
     with pytest.raises(ValueError, match="head sizes"):
         ta.datapoint_attention(torch.zeros(1, 1, 2, 256), torch.zeros(1, 1, 2, 256), torch.zeros(1, 1, 2, 256))
+    for scale in (-0.2, 0.0, float("nan")):
+        with pytest.raises(ValueError, match="positive scale"):
+            ta.datapoint_attention(q, kv, kv, scale=scale)
 
 
 def test_import_needs_no_triton():
