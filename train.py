@@ -152,12 +152,15 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
+# The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
+PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+
+
 def transform_prior(batch, config: TrainConfig, step: int, rank: int):
-    """The batch transforms that --categorical-columns and --missing-cells ask for, in that order."""
-    if config.categorical_columns:
-        batch = make_categorical_columns(batch, config.categorical_columns, config.seed, step, rank)
-    if config.missing_cells:
-        batch = fill_missing_cells(batch, config.missing_cells, config.seed, step, rank)
+    """The batch transforms of PRIOR_TRANSFORMS that the run's flags ask for."""
+    for name, transform in PRIOR_TRANSFORMS:
+        if getattr(config, name):
+            batch = transform(batch, getattr(config, name), config.seed, step, rank)
     return batch
 
 
@@ -525,8 +528,8 @@ def start_lines(session: Session) -> list:
     ranks = f" | {session.world_size} ranks x batch {c.batch_size}" if session.world_size > 1 else ""
     plan = (f"{c.time_budget:.0f} s of training (compiling, evals and saves not counted)" if c.time_budget > 0
             else f"{c.steps} steps (ETA on each log line)")
-    transforms = [f"--{name.replace('_', '-')} {share:g}" for name, share in
-                  (("categorical_columns", c.categorical_columns), ("missing_cells", c.missing_cells)) if share]
+    transforms = [f"--{name.replace('_', '-')} {getattr(c, name):g}"
+                  for name, _ in PRIOR_TRANSFORMS if getattr(c, name)]
     prior = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
              f"inside the clock)"] if transforms else []
     return [f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"
