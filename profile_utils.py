@@ -1,7 +1,5 @@
-"""Measuring a run: StepTimer (per-phase step times), diagnose (what bounds the step), TrainingProfiler
-(torch.profiler tables and trace), the JSON run record, and the formatting every script shares.
-Imports neither the model nor the loaders; importing it touches neither CUDA nor files.
-"""
+"""Measuring a run: StepTimer (per-phase step times), diagnose (what bounds the step), TrainingProfiler (torch.profiler
+tables, trace), JSON run records, shared formatting. Imports no model or loader; at import, touches no CUDA or file."""
 import contextlib
 import datetime
 import math
@@ -31,16 +29,15 @@ GPU_BUSY_SHARE = 0.8
 
 
 # ---- Formatting (shared by every script) -----------------------------------------------------------
-
 def percentiles(values):
-    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} without NaN entries (a phase on an
+    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} of the non-NaN values (NaN: a phase on an
     unsampled step); every statistic is None when nothing is left."""
     a = np.asarray(values, dtype=np.float64).ravel()
     a = a[~np.isnan(a)]
     if a.size == 0:
         return {"n": 0, **dict.fromkeys(("median", "p10", "p90", "mean", "std", "min", "max"))}
-    p10, median, p90 = (float(v) for v in np.percentile(a, [10.0, 50.0, 90.0]))
-    return {"n": int(a.size), "median": median, "p10": p10, "p90": p90, "mean": float(a.mean()),
+    p10, median, p90 = np.percentile(a, [10.0, 50.0, 90.0]).tolist()
+    return {"n": a.size, "median": median, "p10": p10, "p90": p90, "mean": float(a.mean()),
             "std": float(a.std(ddof=1)) if a.size > 1 else 0.0, "min": float(a.min()), "max": float(a.max())}
 
 
@@ -55,8 +52,6 @@ def format_ms(x):
     if x is None or math.isnan(float(x)):
         return "n/a"
     x = float(x)
-    if math.isinf(x):
-        return f"{x} ms"
     unit, v = ("ms", x) if abs(x) >= 1.0 or x == 0.0 else ("µs", x * 1000.0)
     a = abs(v)
     digits = 0 if a >= 100 else 1 if a >= 10 else 2 if a >= 1 or a == 0 else 3
@@ -70,25 +65,21 @@ def md_cell(value):
     return (f"{value:.4g}" if isinstance(value, float) else str(value)).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(headers, rows, align=None):
-    """A GitHub markdown table ending in a newline, cells through md_cell; align: 'l'/'r'/'c' per column (default:
-    first left, others right)."""
-    headers = list(headers)
-    align = align or "l" + "r" * (len(headers) - 1)
-    if len(align) != len(headers):
-        raise ValueError(f"align has {len(align)} letters for {len(headers)} columns")
-    rule = "| " + " | ".join({"l": ":---", "r": "---:", "c": ":---:"}[a] for a in align) + " |"
-    lines = ["| " + " | ".join(md_cell(h) for h in headers) + " |", rule]
+def markdown_table(headers, rows):
+    """A GitHub markdown table ending in a newline, cells through md_cell; first column left-aligned, others right."""
+    def line(cells):
+        return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+
+    lines = [line(headers), "| :--- |" + " ---: |" * (len(headers) - 1)]
     for i, row in enumerate(rows):
         row = list(row)
         if len(row) != len(headers):
             raise ValueError(f"row {i} has {len(row)} cells for {len(headers)} columns")
-        lines.append("| " + " | ".join(md_cell(c) for c in row) + " |")
+        lines.append(line(row))
     return "\n".join(lines) + "\n"
 
 
 # ---- StepTimer -------------------------------------------------------------------------------------
-
 _NULL_PHASE = contextlib.nullcontext()   # what a disabled timer's phase() returns (reusable)
 
 
@@ -104,8 +95,8 @@ class _Phase:
         if not t._in_step:
             raise RuntimeError(f"timer.phase({self.name!r}) used outside start_step()/end_step()")
         if t._open_phase is not None:
-            raise RuntimeError(f"timer.phase({self.name!r}) opened inside phase "
-                               f"{t._open_phase!r}: phases do not nest (they would count twice)")
+            raise RuntimeError(f"timer.phase({self.name!r}) opened inside phase {t._open_phase!r}: "
+                               "phases do not nest (they would count twice)")
         t._open_phase = self.name
         # CUDA: no event here; on the GPU clock a phase starts at the previous boundary.
         t._phase_t0 = time.perf_counter()
@@ -122,7 +113,6 @@ class _Phase:
             t._cur_events.append(ev)
             t._cur_event_phase.append(self.index)
         t._open_phase = None
-        return False
 
 
 class StepTimer:
@@ -130,17 +120,18 @@ class StepTimer:
 
     Phases may repeat in a step (times add up), not nest; the rest of the step is "other"; the clock pauses between
     steps; warmup_steps are reported apart. CUDA: an event at each phase boundary, resolved lazily (no sync on the
-    fast path); CPU: perf_counter (also the host view). compute_phases feed diagnose's launch-bound test. CUDA only:
-    max_pending unresolved steps before waiting for the oldest; phase_every=k: phase events on every k-th step only.
+    fast path); CPU: perf_counter (also the host view). compute_phases feed diagnose's launch-bound test.
+    phase_every=k (CUDA): phase events on every k-th step only.
     """
+    MAX_PENDING = 64   # CUDA: unresolved steps before end_step waits for the oldest
 
     def __init__(self, device="cpu", warmup_steps=0, phases=DEFAULT_PHASES, *, compute_phases=None,
-                 enabled=True, max_pending=64, phase_every=1):
+                 enabled=True, phase_every=1):
         self.device, self.enabled = torch.device(device), bool(enabled)
         self.warmup_steps, self.phases, self.phase_every = int(warmup_steps), tuple(phases), int(phase_every)
         if compute_phases is None:
             compute_phases = [p for p in DEFAULT_COMPUTE_PHASES if p in self.phases]
-        self.compute_phases, self.max_pending = tuple(compute_phases), max(1, int(max_pending))
+        self.compute_phases = tuple(compute_phases)
         if not self.phases or len(set(self.phases)) != len(self.phases) or "other" in self.phases:
             raise ValueError(f"phases must be distinct non-empty names other than 'other', got {self.phases}")
         if any(p not in self.phases for p in self.compute_phases):
@@ -154,21 +145,22 @@ class StepTimer:
         # clock of record (CUDA events on CUDA) and on the host clock.
         self._ms, self._host_ms = array("d"), array("d")
         self._steps_started = self._discarded = self._syncs = 0   # steps ended (the warm-up split), dropped, waits
+        self._in_step, self._open_phase, self._phase_t0, self._step_t0 = False, None, 0.0, 0.0
+        self._cur_host = [0.0] * n
         # CUDA: measured steps the GPU had not started when the host ended them; per phase, sampled measured steps
         # where the GPU had not reached the phase's start when the host left it (and the open step's flags).
         self._gpu_behind, self._phase_behind, self._cur_behind = 0, [0] * n, [False] * n
         self._sampled, self._sampled_steps = False, 0   # CUDA: this step records phase events; measured ones that did
-        self._in_step, self._open_phase, self._phase_t0, self._step_t0 = False, None, 0.0, 0.0
-        self._cur_host = [0.0] * n
         # CUDA: event pool, the open step's boundaries [start, end of 1st phase, ...] and their phases, unresolved
         # steps (FIFO); device index and stream are resolved at the first step (no CUDA call in __init__).
         self._pool, self._cur_events, self._cur_event_phase, self._pending = [], [], [], deque()
         self._device_index, self._stream, self._raw_stream = self.device.index, None, None
-        # The C methods of the event base class, without torch.cuda.Event's Python wrappers (~0.5 µs a call,
-        # about 10 calls a step); the public methods where it is missing.
+        # Private C functions where they exist: the event base class's methods skip torch.cuda.Event's Python
+        # wrappers (~0.5 µs a call, about 10 calls a step); the raw stream handle costs ~0.3 µs, current_stream() ~5.
         base = getattr(torch._C, "_CudaEventBase", None)
         self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(torch.cuda.Event, name)
                                                     for name in ("record", "query", "elapsed_time"))
+        self._raw_stream_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     def _event(self):
         return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
@@ -188,11 +180,8 @@ class StepTimer:
         if self._cuda:
             if self._device_index is None:
                 self._device_index = torch.cuda.current_device()
-            # torch.cuda.current_stream() costs ~5 µs; the raw handle ~0.3 µs, so build the Stream object only when
-            # the current stream changed (private API, hence the fallback).
-            raw_fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            raw = raw_fn(self._device_index) if raw_fn is not None else None
-            if raw is None or raw != self._raw_stream or self._stream is None:
+            raw = self._raw_stream_fn(self._device_index) if self._raw_stream_fn is not None else None
+            if raw is None or raw != self._raw_stream or self._stream is None:   # the current stream changed
                 self._stream, self._raw_stream = torch.cuda.current_stream(self.device), raw
             ev = self._event()
             self._record(ev, self._stream)   # no sync: see the class docstring
@@ -240,21 +229,20 @@ class StepTimer:
         pending.append((end, self._sampled, self._cur_events, self._cur_event_phase, host_step, self._cur_host))
         while pending and self._query(pending[0][0]):   # resolve finished steps (cudaEventQuery: never blocks)
             self._resolve(pending.popleft())
-        while len(pending) > self.max_pending:
-            # Sync: the host is max_pending steps ahead of the GPU; wait for the oldest step only.
+        while len(pending) > self.MAX_PENDING:
+            # Sync: the host is MAX_PENDING steps ahead of the GPU; wait for the oldest step only.
             pending[0][0].synchronize()
             self._syncs += 1
             self._resolve(pending.popleft())
 
     def _resolve(self, item):
         end, sampled, events, event_phase, host_step, host_phases = item
-        elapsed = self._elapsed
-        step = elapsed(events[0], end)   # every event is complete: no wait here
+        step = self._elapsed(events[0], end)   # every event is complete: no wait here
         # NaN: an unsampled step has no GPU phase times (percentiles() leaves NaN out)
         phases = [0.0 if sampled else math.nan] * len(self.phases)
         for k, idx in enumerate(event_phase):
             # phase k runs from the previous boundary to its own end event
-            phases[idx] += elapsed(events[k], events[k + 1])
+            phases[idx] += self._elapsed(events[k], events[k + 1])
         self._store(step, phases, host_step, host_phases)
         self._pool.append(end)
         self._pool.extend(events)
@@ -341,49 +329,7 @@ def _median_or_nan(a):
     return float(np.median(a)) if a.size else math.nan
 
 
-class _NoTimer:
-    """The calls of a timer that does nothing: measure_overhead's baseline."""
-
-    def start_step(self):
-        pass
-
-    end_step = start_step
-
-    def phase(self, name):
-        return _NULL_PHASE
-
-
-def measure_overhead(device="cpu", steps=2000, phases=DEFAULT_PHASES, repeats=3):
-    """Host cost of a StepTimer per step with empty phases, best of `repeats`, minus the same loop calling a
-    timer that does nothing. Returns {"per_step_us", "per_phase_us", "disabled_per_step_us"}."""
-    cuda = torch.device(device).type == "cuda"
-
-    def best(make_timer):
-        result = float("inf")
-        for _ in range(repeats):
-            timer = make_timer()
-            if cuda:
-                torch.cuda.synchronize(device)   # sync: the previous repeat's events are done before t0
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                timer.start_step()
-                for p in phases:
-                    with timer.phase(p):
-                        pass
-                timer.end_step()
-            if cuda:
-                torch.cuda.synchronize(device)   # sync: this repeat's events are done before the clock stops
-            result = min(result, (time.perf_counter() - t0) / steps)
-        return result
-
-    base = best(_NoTimer)
-    on = max(best(lambda: StepTimer(device, phases=phases)) - base, 0.0)
-    off = max(best(lambda: StepTimer(device, phases=phases, enabled=False)) - base, 0.0)
-    return {"per_step_us": on * 1e6, "per_phase_us": on * 1e6 / len(phases), "disabled_per_step_us": off * 1e6}
-
-
 # ---- diagnose --------------------------------------------------------------------------------------
-
 def _pct(x):
     return f"{100.0 * x:.1f}%" if x < 0.1 else f"{100.0 * x:.0f}%"
 
@@ -447,24 +393,20 @@ def diagnose(summary):
 
 
 # ---- Run records -----------------------------------------------------------------------------------
-
 def _run(cmd, cwd=None):
     """stdout of a command, None when it fails or is missing."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
         return r.stdout.strip() if r.returncode == 0 else None
-    return None
 
 
 def git_state():
     """{"git_commit", "git_dirty" (tracked files modified), "git_untracked" (count)}; None where unknown.
     NANOTABPFN_GIT_COMMIT wins: a tree copied to a GPU machine may carry a stale .git, so the copier names it."""
     named = os.environ.get("NANOTABPFN_GIT_COMMIT")
-    if named:
-        return {"git_commit": named, "git_dirty": None, "git_untracked": None}
     repo = os.path.dirname(os.path.abspath(__file__))
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=repo)
-    status = _run(["git", "status", "--porcelain"], cwd=repo) if commit else None
+    commit = named or _run(["git", "rev-parse", "HEAD"], cwd=repo)
+    status = _run(["git", "status", "--porcelain"], cwd=repo) if commit and not named else None
     lines = [ln for ln in (status or "").splitlines() if ln.strip()]
     return {"git_commit": commit, "git_dirty": None if status is None else any(not ln.startswith("??") for ln in lines),
             "git_untracked": None if status is None else sum(ln.startswith("??") for ln in lines)}
@@ -523,7 +465,6 @@ def make_run_record(config, flags, timer_summary=None, extra=None, *, environmen
 
 
 # ---- TrainingProfiler ------------------------------------------------------------------------------
-
 # Host-side rows of the transfer table: the copies are where data moves; the synchronize calls (and
 # .item()'s _local_scalar_dense) are where the host waits for queued GPU work.
 TRANSFER_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync", "cudaStreamSynchronize",
@@ -544,15 +485,15 @@ class TrainingProfiler:
     """torch.profiler with a wait/warmup/active schedule: `with TrainingProfiler(device, out_dir) as prof:`,
     `with prof.label("## data ##"): ...`, `prof.step()` after each step; then a trace and four tables. The trace is
     out_dir/trace.json, or with a TensorBoard log_dir `<log_dir>/<host>_<pid>.<ms>.pt.trace.json` (Perfetto too)."""
+    ROW_LIMIT = 15   # rows of the top-operations tables
 
     def __init__(self, device="cpu", out_dir="runs/profile", *, log_dir=None, wait=1, warmup=1, active=3,
-                 enabled=True, row_limit=15, record_shapes=True, profile_memory=True, with_stack=False):
+                 enabled=True):
         if wait < 0 or warmup < 0 or active < 1:
             raise ValueError(f"need wait >= 0, warmup >= 0, active >= 1; got {wait}, {warmup}, {active}")
-        self.out_dir = os.fspath(log_dir if log_dir is not None else out_dir)
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        self.device, self.enabled, self.row_limit = torch.device(device), bool(enabled), int(row_limit)
-        self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack)
+        self.out_dir = os.fspath(out_dir) if log_dir is None else self.log_dir
+        self.device, self.enabled = torch.device(device), bool(enabled)
         self.wait, self.warmup, self.active = int(wait), int(warmup), int(active)
         self.trace_path = os.path.join(self.out_dir, "trace.json")   # a TensorBoard name is set when written
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
@@ -567,7 +508,7 @@ class TrainingProfiler:
         self._prof = profile(
             activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else []),
             schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-            on_trace_ready=self._on_trace_ready, **self._options)
+            on_trace_ready=self._on_trace_ready, record_shapes=True, profile_memory=True)
         self._prof.__enter__()
         return self
 
@@ -583,7 +524,6 @@ class TrainingProfiler:
             if self.cuda:
                 s = torch.cuda.memory_stats(self.device)
                 self._memory = {key: s.get(stats_key, 0) for _, key, stats_key, _ in MEMORY_ROWS}
-        return False
 
     def label(self, name):
         """record_function(name) while this profiler is enabled, else a no-op context (the hot loop pays nothing)."""
@@ -616,13 +556,14 @@ class TrainingProfiler:
         steps = self.profiled_steps()
         per = max(steps, 1)
         cpu, cpu_total, dev, dev_total = self._rows()
+        dev = sorted(dev, key=lambda e: -e.self_device_time_total)
         wall = sum(float(e.cpu_time_total) for e in cpu if e.key.startswith("ProfilerStep"))
         top_cpu = [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "cpu_ms": e.cpu_time_total / 1000.0,
                     "share": e.self_cpu_time_total / cpu_total if cpu_total else None, "calls": int(e.count)}
-                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:self.row_limit]]
+                   for e in sorted(cpu, key=lambda e: -e.self_cpu_time_total)[:self.ROW_LIMIT]]
         top_cuda = [{"name": e.key, "self_cuda_ms": e.self_device_time_total / 1000.0,
                      "share": e.self_device_time_total / dev_total if dev_total else None, "calls": int(e.count)}
-                    for e in sorted(dev, key=lambda e: -e.self_device_time_total)[:self.row_limit]]
+                    for e in dev[:self.ROW_LIMIT]]
         by_key, transfers = {e.key: e for e in cpu}, []
         for name in TRANSFER_OPS:
             e = by_key.get(name)
@@ -634,8 +575,7 @@ class TrainingProfiler:
             transfers += [{"name": e.key + " (GPU)", "cpu_total_ms": None, "cpu_ms_per_step": None, "share": None,
                            "calls": int(e.count), "calls_per_step": int(e.count) / per,
                            "device_ms_per_step": e.self_device_time_total / 1000.0 / per}
-                          for e in sorted(dev, key=lambda e: -e.self_device_time_total)
-                          if e.key.startswith(("Memcpy", "Memset"))]
+                          for e in dev if e.key.startswith(("Memcpy", "Memset"))]
         return {
             "profiled_steps": steps, "trace_path": self.trace_path if self._trace_written else None,
             "cpu_self_ms_per_step": cpu_total / 1000.0 / per, "step_wall_ms": wall / 1000.0 / per if steps else None,
@@ -650,8 +590,8 @@ class TrainingProfiler:
                    f"{self.wait + self.warmup} (window ends at step {self.wait + self.warmup + self.active})\n"
                    if self.enabled else "profiler disabled\n")
             return {k: f"### {t}\n\n{msg}" for k, t in TABLE_TITLES}
-        steps, s = self.profiled_steps(), self.stats()
-        _, cpu_total, _, dev_total = self._rows()
+        s = self.stats()
+        steps, (_, cpu_total, _, dev_total) = s["profiled_steps"], self._rows()
         no_gpu = ("CUDA tables need a GPU: this run profiled the CPU only (device "
                   f"{self.device}, torch.cuda.is_available()={torch.cuda.is_available()}).\n")
         # Self time of the step wrapper = host time inside the step but outside every recorded op.
@@ -699,7 +639,7 @@ class TrainingProfiler:
         return "\n".join(self.tables().values())
 
     def print_tables(self, file=None):
-        print(self.tables_markdown(), file=file or sys.stdout)
+        print(self.tables_markdown(), file=file)
 
 
 def _short(name, width=80):

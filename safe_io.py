@@ -124,9 +124,8 @@ def atomic_output(path, what: str = "output"):
 
 
 def write_bytes_atomic(path, data: bytes, what: str = "output") -> str:
-    with atomic_output(path, what) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
+    with atomic_output(path, what) as tmp, open(tmp, "wb") as f:
+        f.write(data)
     return os.fspath(path)
 
 
