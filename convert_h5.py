@@ -30,14 +30,6 @@ def _write_all(handle, data: memoryview) -> None:
     handle.write(data)
 
 
-def _chunk_size(info: DumpInfo, chunk_datasets: int | None) -> int:
-    if chunk_datasets is None:
-        return max(1, CHUNK_BYTES // fmt.record_stride_bytes(info.rows, info.features))
-    if int(chunk_datasets) != chunk_datasets or chunk_datasets < 1:
-        raise ConvertError(f"chunk_datasets must be an integer >= 1, got {chunk_datasets!r}")
-    return int(chunk_datasets)
-
-
 def _chunks(info: DumpInfo, chunk: int, desc: str, progress: bool):
     """Yields (first, count) over the dump, `chunk` datasets at a time, with a progress bar."""
     from tqdm import tqdm  # lazy: only the converter draws a bar
@@ -99,11 +91,14 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, progress:
 def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verify: bool = False,
             progress: bool = True, force: bool = True) -> dict:
     """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json` (in out_dir, default beside it) under
-    the conversion lock; returns stats (x_bin, bytes_written, mb_per_s, skipped, ...). Options: see main()."""
+    the conversion lock; force=False keeps a valid conversion (verify: checks it record by record against the
+    HDF5). Returns stats (x_bin, bytes_written, mb_per_s, skipped, ...). Options: see main()."""
     t0 = time.perf_counter()
     info = fmt.open_dump(dump_path, scan_values=False)  # values are checked chunk by chunk below
     x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)
-    chunk = _chunk_size(info, chunk_datasets)
+    if chunk_datasets is not None and (int(chunk_datasets) != chunk_datasets or chunk_datasets < 1):
+        raise ConvertError(f"chunk_datasets must be an integer >= 1, got {chunk_datasets!r}")
+    chunk = int(chunk_datasets or max(1, CHUNK_BYTES // fmt.record_stride_bytes(info.rows, info.features)))
     total = fmt.bin_size_bytes(info)
     reclaimed = sum(os.path.getsize(p) for p in (x_bin, y_bin) if os.path.isfile(p))  # removed first
     safe_io.check_outputs({"output": x_bin, "sidecar": sidecar}, inputs=[info.path],
@@ -115,7 +110,10 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
     with safe_io.file_lock(sidecar + ".lock"):
         if not force:
             try:
-                fmt.verify_bin_checksums(fmt.read_sidecar(sidecar, info))
+                meta = fmt.read_sidecar(sidecar, info)
+                fmt.verify_bin_checksums(meta)
+                if verify:
+                    _compare_records(info, meta["x_path"], meta["y_path"], chunk, progress)
                 return {**stats, "skipped": True, "seconds": time.perf_counter() - t0, "mb_per_s": 0.0}
             except BinFormatError as exc:   # no valid conversion: convert again, never over a newer format
                 if exc.reason == "newer":
@@ -160,16 +158,6 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
         fmt.read_sidecar(sidecar, info)  # the loader's own acceptance check
 
 
-def verify(dump_path, *, out_dir=None, chunk_datasets: int | None = None, progress: bool = True) -> dict:
-    """Checks an existing conversion (sidecar, crc32 checksums, every record against the HDF5); returns the
-    sidecar. Raises BinFormatError, DumpError, ConvertError (one line)."""
-    info = fmt.open_dump(dump_path, scan_values=False)
-    meta = fmt.read_sidecar(fmt.bin_paths(info.path, out_dir)[2], info)
-    fmt.verify_bin_checksums(meta)
-    _compare_records(info, meta["x_path"], meta["y_path"], _chunk_size(info, chunk_datasets), progress)
-    return meta
-
-
 def main(argv=None) -> int:
     """Command line; returns the exit code (0 ok, 2 bad input / failure, 130 interrupted)."""
     from runtime import ArgumentParser, fail
@@ -182,14 +170,12 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="convert even when an up-to-date conversion exists")
     parser.add_argument("--no-progress", action="store_true", help="no plan line, progress bar or MB/s line")
     args = parser.parse_args(argv)
-    kw = dict(out_dir=args.out_dir, chunk_datasets=args.chunk_datasets, progress=not args.no_progress)
     try:
-        stats = convert(args.dump, verify=args.verify, force=args.force, **kw)
-        if stats["skipped"] and args.verify:
-            verify(args.dump, **kw)
-            print(f"convert_h5: {stats['sidecar']} is up to date and verified", flush=True)
-        elif stats["skipped"]:
-            print(f"convert_h5: {stats['sidecar']} is up to date (--force converts again)", flush=True)
+        stats = convert(args.dump, out_dir=args.out_dir, chunk_datasets=args.chunk_datasets, verify=args.verify,
+                        progress=not args.no_progress, force=args.force)
+        if stats["skipped"]:
+            state = "and verified" if args.verify else "(--force converts again)"
+            print(f"convert_h5: {stats['sidecar']} is up to date {state}", flush=True)
     except (DumpError, ConvertError, OSError, MemoryError) as exc:
         return fail(exc)
     except KeyboardInterrupt:

@@ -247,15 +247,11 @@ def dump_content_digest(info: DumpInfo, samples: int = 16) -> str:
 
 
 def batch_position(step: int, start: int, global_batch: int, num_datasets: int) -> int:
-    """First dataset of the global batch at `step`: start, start+G, ..., wrapping to 0 before a batch would
-    run past the end (closed form, so resume and DDP ranks agree). Rank r reads [p + r*B, p + (r+1)*B)."""
+    """First dataset of the global batch at `step` >= 0: start (in 0..N-1), start+G, ..., wrapping to 0 before a
+    batch would run past the end (closed form, so resume and DDP ranks agree). Rank r reads [p + r*B, p + (r+1)*B)."""
     G, N = int(global_batch), int(num_datasets)
     if not 1 <= G <= N:
         raise ValueError(f"global batch {G} must be in 1..{N} (the number of datasets)")
-    if not 0 <= start < N:
-        raise ValueError(f"start {start} must be in 0..{N - 1}")
-    if step < 0:
-        raise ValueError(f"step {step} must be >= 0")
     first_run = (N - start) // G  # full batches from `start` before the first wrap
     if step < first_run:
         return start + step * G
@@ -279,9 +275,9 @@ def bin_paths(dump_path, out_dir=None) -> tuple[str, str, str]:
     return base + ".X.bin", base + ".y.bin", base + ".bin.json"
 
 
-def record_stride_bytes(rows: int, features: int = 1, itemsize: int = 4, alignment: int = BIN_ALIGNMENT) -> int:
-    """Bytes between consecutive records: rows*features*itemsize rounded up to `alignment`."""
-    return -(-int(rows) * int(features) * int(itemsize) // alignment) * alignment
+def record_stride_bytes(rows: int, features: int = 1) -> int:
+    """Bytes between consecutive records: rows*features float32 values rounded up to BIN_ALIGNMENT."""
+    return -(-int(rows) * int(features) * 4 // BIN_ALIGNMENT) * BIN_ALIGNMENT
 
 
 def bin_size_bytes(info: DumpInfo) -> int:
@@ -293,7 +289,7 @@ def metadata_sha256(num_features, num_datapoints, splits) -> str:
     """sha256 of the per-dataset metadata (as little-endian int64)."""
     digest = hashlib.sha256()
     for a in (num_features, num_datapoints, splits):
-        digest.update(np.ascontiguousarray(np.asarray(a, dtype="<i8")).tobytes())
+        digest.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
     return digest.hexdigest()
 
 
@@ -335,9 +331,7 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
         "checksum": {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES,
                      **{k: list(v) for k, v in (checksums or {}).items()}},
         "metadata_sha256": metadata_sha256(info.num_features, info.num_datapoints, info.splits),
-        "num_features": [int(v) for v in info.num_features],
-        "num_datapoints": [int(v) for v in info.num_datapoints],
-        "splits": [int(v) for v in info.splits],
+        **{key: getattr(info, key).tolist() for key in ("num_features", "num_datapoints", "splits")},
     }
 
 

@@ -1,6 +1,8 @@
 """Which kvikio path the .bin loader really runs: gds, cufile-compat, kvikio-posix, or memmap without kvikio.
-kvikio is optional (kvikio-cu13 on the GPU machine only) and imported lazily; loaders.py asks here."""
+kvikio is optional (kvikio-cu13==26.10 on the GPU machine only) and imported lazily; loaders.py asks here."""
 from __future__ import annotations
+
+from dump_format import one_line
 
 
 def import_kvikio():
@@ -10,47 +12,35 @@ def import_kvikio():
         import kvikio.defaults  # noqa: F401
         return kvikio, ""
     except Exception as exc:  # ImportError, or OSError/RuntimeError from a broken libkvikio
-        return None, f"kvikio not importable ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return None, f"kvikio not importable ({type(exc).__name__}: {one_line(exc)})"
 
 
-def cufile_property(kvikio, name: str):
+def cufile_property(name: str):
     """A cuFile driver property (is_gds_available, allow_compat_mode), or None if unreadable."""
     try:
-        import kvikio.cufile_driver as driver
-        return driver.get(name) if hasattr(driver, "get") else getattr(driver.properties, name)
-    except Exception:
-        pass
-    try:
-        return getattr(kvikio.DriverProperties(), name)  # older kvikio
-    except Exception:
+        from kvikio import cufile_driver
+        return cufile_driver.get(name)
+    except Exception:  # no cuFile library, or a property this driver lacks
         return None
 
 
 def kvikio_io_path(kvikio) -> tuple[str, str]:
     """("gds" | "cufile-compat" | "kvikio-posix", why) for reads into CUDA memory: gds only when kvikio is not
     in compat mode and the cuFile driver reports GPUDirect Storage; `why` never says "GDS" for another path."""
-    defaults = kvikio.defaults
-    mode = defaults.get("compat_mode") if hasattr(defaults, "get") else defaults.compat_mode()  # old kvikio
-    mode_name = getattr(mode, "name", str(mode))  # CompatMode.ON/OFF/AUTO, or a bool on old kvikio
-    try:
-        preferred = bool(defaults.is_compat_mode_preferred())
-    except Exception:
-        preferred = mode is True or mode_name.upper().endswith("ON")
-    if preferred:
-        return "kvikio-posix", f"kvikio compat mode {mode_name}: cuFile not in use"
-    if cufile_property(kvikio, "is_gds_available") is True:
+    mode = kvikio.defaults.get("compat_mode").name  # ON / OFF / AUTO
+    if kvikio.defaults.is_compat_mode_preferred():
+        return "kvikio-posix", f"kvikio compat mode {mode}: cuFile not in use"
+    if cufile_property("is_gds_available") is True:
         return "gds", "cuFile driver reports GPUDirect Storage available: disk -> GPU DMA"
-    if cufile_property(kvikio, "allow_compat_mode") is False:
+    if cufile_property("allow_compat_mode") is False:
         # cuFile refuses its compat mode, so kvikio (in AUTO) falls back to its own POSIX reads.
-        return "kvikio-posix", (f"kvikio compat mode {mode_name}; no GPUDirect Storage driver and "
+        return "kvikio-posix", (f"kvikio compat mode {mode}; no GPUDirect Storage driver and "
                                 f"cuFile compat mode disallowed")
     return "cufile-compat", "cuFile in its own compat mode (no GPUDirect Storage driver)"
 
 
 def read_target(io_path: str, requested: str = "device") -> str:
     """Where kvikio reads to: "device" (CUDA slots; always for gds) or "host" (pinned slots) when asked."""
-    if requested not in ("device", "host"):
-        raise ValueError(f"kvikio target must be 'device' or 'host', got {requested!r}")
     return "device" if io_path == "gds" else requested
 
 
@@ -61,10 +51,7 @@ def choose_io_path(cuda: bool, threads: int, target: str):
         how = ("pinned staging + non_blocking copies on a side stream" if cuda
                else "read ahead by one thread (CPU: no copies)")
         return None, "memmap+pinned" if cuda else "memmap", f"{missing}: numpy memmap of the .bin, {how}"
-    if hasattr(kvikio.defaults, "set"):  # new API; old: num_threads_reset
-        kvikio.defaults.set({"num_threads": int(threads)})
-    else:
-        kvikio.defaults.num_threads_reset(int(threads))
+    kvikio.defaults.set({"num_threads": int(threads)})
     io_path, why = kvikio_io_path(kvikio)
     if read_target(io_path, target) == "host" and io_path != "kvikio-posix":
         # Host buffers never go through cuFile: kvikio reads them with POSIX preads.
@@ -77,7 +64,7 @@ def check_direct_io(kvikio, path: str, io_path: str, why: str) -> tuple[str, str
     checks the real file so the reported path is honest."""
     handle = kvikio.CuFile(path, "r")
     try:
-        if not hasattr(handle, "is_direct_io_supported") or handle.is_direct_io_supported():
+        if handle.is_direct_io_supported():
             return io_path, why
     finally:
         handle.close()

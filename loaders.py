@@ -2,7 +2,7 @@
 
 kinds: "h5" (baseline; +pinned ring, +streams reader thread), "bin" (.bin records read by kvikio, or numpy
 memmap), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so the training
-loop never changes; describe()["path"] says what really runs. Close loaders that have a reader thread.
+loop never changes; describe()["path"] says what really runs. Close loaders: they hold files and threads.
 """
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import h5py
 import numpy as np
 import torch
 
-from dump_format import (BIN_DTYPE, SCAN_CHUNK_BYTES, BinFormatError, DumpError, DumpInfo, GdsUnavailable,
-                         batch_position, bin_paths, check_values, open_dump, read_sidecar, record_stride_bytes,
+import convert_h5
+import gds
+from dump_format import (BIN_ALIGNMENT, BIN_DTYPE, SCAN_CHUNK_BYTES, BinFormatError, DumpError, DumpInfo,
+                         GdsUnavailable, batch_position, bin_paths, check_values, open_dump, read_sidecar,
                          verify_bin_checksums)
 
 LOADER_KINDS = ("h5", "bin", "resident")
@@ -68,13 +70,11 @@ class _Ring:
         self._free = [torch.cuda.Event() for _ in range(depth)]
 
     def acquire(self, k: int):
-        """Slot k's buffers; blocks the calling thread until the copy last issued from them has run."""
-        self._free[k].synchronize()
+        self._free[k].synchronize()  # blocks this thread until the copy last issued from slot k has run
         return self.slots[k]
 
     def release(self, k: int, stream=None) -> None:
-        """Marks slot k reusable once the work queued so far on `stream` (default: current) has run."""
-        self._free[k].record(stream)
+        self._free[k].record(stream)  # slot k is reusable once the work queued so far on `stream` has run
 
     def close(self) -> None:
         for event in self._free:  # the buffers must outlive the DMAs reading or writing them
@@ -122,10 +122,9 @@ class _MemmapSource:
     """numpy memmap of the .bin records; a batch is one strided view, copied and value-checked."""
 
     def __init__(self, info: DumpInfo, meta: dict):
-        N, self.R, self.F = info.num_datasets, info.rows, info.features
-        self.path, self.classes = meta["x_path"], info.max_num_classes
-        self.X = np.memmap(meta["x_path"], dtype=BIN_DTYPE, mode="r", shape=(N, meta["x_stride_bytes"] // 4))
-        self.y = np.memmap(meta["y_path"], dtype=BIN_DTYPE, mode="r", shape=(N, meta["y_stride_bytes"] // 4))
+        self.info, self.path = info, meta["x_path"]
+        self.X, self.y = (np.memmap(meta[f"{a}_path"], dtype=BIN_DTYPE, mode="r",
+                                    shape=(info.num_datasets, meta[f"{a}_stride_bytes"] // 4)) for a in "xy")
 
     def read(self, first: int, count: int, rows: int, feats: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = np.empty((count, rows, feats), np.float32), np.empty((count, rows), np.float32)
@@ -133,12 +132,12 @@ class _MemmapSource:
         return x, y
 
     def read_into(self, x_out: np.ndarray, y_out: np.ndarray, first: int, rows: int, feats: int):
-        count = x_out.shape[0]
+        count, R, F = x_out.shape[0], self.info.rows, self.info.features
         # (B, stride/4) -> drop padding -> (B, R, F) (a view: only the last axis is split) -> slice.
-        x = self.X[first:first + count, :self.R * self.F].reshape(count, self.R, self.F)
+        x = self.X[first:first + count, :R * F].reshape(count, R, F)
         np.copyto(x_out, x[:, :rows, :feats])
         np.copyto(y_out, self.y[first:first + count, :rows])
-        check_values(self.path, x_out, y_out, first, self.classes)
+        check_values(self.path, x_out, y_out, first, self.info.max_num_classes)
 
     def close(self):
         self.X = self.y = None  # np.memmap has no close(): unmapped once nothing views it
@@ -149,14 +148,14 @@ class _Prefetcher:
     every call behind a lock; the bound caps memory). A reader's exception is queued as the item."""
 
     def __init__(self, produce, first_step: int, depth: int, name: str):
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(produce, first_step), name=name, daemon=True)
+        self._failure = None
+        self._thread = threading.Thread(target=self._run, args=(produce(first_step, self._stop),), name=name,
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, produce, first_step):
-        items = produce(first_step, self._stop)
+    def _run(self, items):
         try:
             for item in items:
                 if not self._put(item):
@@ -164,7 +163,7 @@ class _Prefetcher:
         except BaseException as exc:  # re-raised in the consumer, with its message
             self._put(exc)
         finally:
-            items.close()  # runs the producer's finally: closes its files
+            items.close()  # runs the producer's finally (the kvikio loader closes its files)
 
     def _put(self, item) -> bool:
         while not self._stop.is_set():
@@ -187,19 +186,19 @@ class _Prefetcher:
             self._failure = item
         raise self._failure
 
-    def close(self, timeout: float = 30.0):
+    def close(self):
         self._stop.set()
         with contextlib.suppress(queue.Empty):
             while True:  # unblock a put() waiting on a full queue
                 self._queue.get_nowait()
-        self._thread.join(timeout)
+        self._thread.join(30.0)
 
 
 class Loader:
     """Base of every loader: an infinite iterator of Batch with a resumable position. Subclasses implement
     `_fetch(step)`; threaded ones also `_produce(first_step, stop)`, a generator of (step, ...) items."""
 
-    source = ring = _prefetcher = None  # ring and source are closed by close(), ring first
+    source = ring = _prefetcher = None  # closed by close(), after the reader thread stopped
     threaded, depth = False, 1
 
     def __init__(self, info: DumpInfo, batch_size: int, device: torch.device, *, loader_name: str,
@@ -224,7 +223,7 @@ class Loader:
         wrapped = position == 0 and (step > 0 or self.start > 0)
         return _Slice(first, rows, feats, int(self.info.splits[first]), wrapped)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self):
         return self
 
     def __next__(self) -> Batch:
@@ -287,12 +286,6 @@ class Loader:
     def __exit__(self, *exc):
         self.close()
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 def _wait_for_side_copy(device, ready, *tensors) -> None:
     """Makes the compute stream wait (on the GPU, the host does not block) for a side-stream copy."""
@@ -305,35 +298,30 @@ def _wait_for_side_copy(device, ready, *tensors) -> None:
 
 
 class _SourceLoader(Loader):
-    """h5py or memmap reads, then copies: baseline (fresh arrays, synchronous .to), pinned (ring, non_blocking
-    copies) and/or threaded (a reader thread `prefetch` batches ahead, copies on a side stream; CPU: reads only)."""
+    """Reads of `source` (h5py or memmap), then copies: baseline (fresh arrays, synchronous .to), pinned (CUDA only:
+    ring, non_blocking copies), threaded (a reader thread `prefetch` batches ahead, side-stream copies; CPU: reads)."""
 
     _side = None  # the reader thread's CUDA stream
 
-    def __init__(self, info, batch_size, device, *, source_factory, pinned, threaded, prefetch, **kw):
+    def __init__(self, info, batch_size, device, *, source, pinned, threaded, prefetch, **kw):
         super().__init__(info, batch_size, device, **kw)
-        self.pinned, self.threaded = bool(pinned) and self.cuda, bool(threaded)
-        self.depth = max(1, int(prefetch))
-        self._source_factory = source_factory
-        if not self.threaded:
-            self.source = source_factory()
-        elif self.cuda:
+        self.source, self.pinned, self.threaded, self.depth = source, pinned, threaded, int(prefetch)
+        if threaded and self.cuda:
             self._side = torch.cuda.Stream(device=device)  # copies overlap the compute stream's kernels
-        if self.pinned:
-            B, R, F = self.batch_size, info.rows, info.features
-            self.ring = _Ring(self.depth, (B * R * F, B * R))
+        if pinned:
+            self.ring = _Ring(self.depth, (self.batch_size * info.rows * info.features, self.batch_size * info.rows))
         self._start_workers()
 
-    def _read(self, source, step: int, side=None):
-        """Reads batch `step` and starts its copy to the device, on `side` (the reader thread's stream) or the
-        current stream; returns (x, y, ready: the side copy's event or None, split, wrapped)."""
-        s, k = self._slice(step), step % self.depth
+    def _read(self, step: int):
+        """Reads batch `step` and starts its copy to the device, on the reader thread's side stream if any, else
+        the current stream; returns (x, y, ready: the side copy's event or None, split, wrapped)."""
+        s, k, side = self._slice(step), step % self.depth, self._side
         if self.pinned:
             # Blocks the reading thread until the copy issued from slot k `depth` steps ago has run.
             x, y = _views(*self.ring.acquire(k), self.batch_size, s.rows, s.feats)
-            source.read_into(x.numpy(), y.numpy(), s.first, s.rows, s.feats)
+            self.source.read_into(x.numpy(), y.numpy(), s.first, s.rows, s.feats)
         else:
-            x, y = (torch.from_numpy(a) for a in source.read(s.first, self.batch_size, s.rows, s.feats))
+            x, y = (torch.from_numpy(a) for a in self.source.read(s.first, self.batch_size, s.rows, s.feats))
         ready = None
         if self.cuda:
             with torch.cuda.stream(side):  # side is None: the current (compute) stream
@@ -352,17 +340,13 @@ class _SourceLoader(Loader):
         """Reader thread: read batch `step`, start its copy to the GPU, hand it over."""
         if self.cuda:
             torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
-        source = self._source_factory()
-        try:
-            step = first_step
-            while not stop.is_set():
-                yield (step, *self._read(source, step, self._side))
-                step += 1
-        finally:
-            source.close()
+        step = first_step
+        while not stop.is_set():
+            yield (step, *self._read(step))
+            step += 1
 
     def _fetch(self, step: int) -> Batch:
-        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._read(self.source, step)
+        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._read(step)
         if ready is not None:
             _wait_for_side_copy(self.device, ready, x, y)
         return Batch(x, y, split, wrapped)
@@ -378,13 +362,12 @@ class _KvikioLoader(Loader):
     def __init__(self, info, batch_size, device, *, meta, kvikio, target, prefetch, threads, **kw):
         super().__init__(info, batch_size, device, **kw)
         self.meta, self.target, self._kvikio = meta, target, kvikio
-        self.depth, self.threads = max(1, int(prefetch)), int(threads)
+        self.depth, self.threads = int(prefetch), int(threads)
         self._x_stride, self._y_stride = meta["x_stride_bytes"], meta["y_stride_bytes"]
         on_host = target == "host"
-        B = self.batch_size
         # B whole records per slot: kvikio writes straight into these buffers.
-        self.ring = _Ring(self.depth, (B * self._x_stride, B * self._y_stride), torch.uint8,
-                          "cpu" if on_host else device)
+        self.ring = _Ring(self.depth, (self.batch_size * self._x_stride, self.batch_size * self._y_stride),
+                          torch.uint8, "cpu" if on_host else device)
         # kvikio takes host memory through the buffer protocol, which CPU tensors lack: numpy views.
         self._io = [tuple(t.numpy() if on_host else t for t in slot) for slot in self.ring.slots]
         if on_host:
@@ -404,10 +387,11 @@ class _KvikioLoader(Loader):
     def _read_span(self, files, k: int, s: _Slice) -> None:
         nx, ny = self.batch_size * self._x_stride, self.batch_size * self._y_stride
         io_x, io_y = self._io[k]
-        # Both arrays in flight at once on kvikio's thread pool, in tasks of >= 1 MiB so several threads share one.
-        task = [max(1 << 20, record_stride_bytes(-(-n // max(1, self.threads)), 1, 1)) for n in (nx, ny)]
-        fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, task[0])
-        fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, task[1])
+        # Both arrays in flight at once on kvikio's thread pool, in page-aligned tasks of >= 1 MiB so several
+        # threads share one array.
+        task_x, task_y = (max(1 << 20, -(-n // self.threads // BIN_ALIGNMENT) * BIN_ALIGNMENT) for n in (nx, ny))
+        fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, task_x)
+        fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, task_y)
         got_x, got_y = fut_x.get(), fut_y.get()  # blocks this thread until the bytes landed
         if got_x != nx or got_y != ny:
             raise DumpError(f"{self.meta['x_path']}: short read at dataset {s.first} "
@@ -472,8 +456,7 @@ class _ResidentLoader(Loader):
         self.X, self.y = _load_whole_dump(info, device)
 
     def _fetch(self, step: int) -> Batch:
-        s = self._slice(step)
-        B = self.batch_size
+        s, B = self._slice(step), self.batch_size
         # A contiguous copy (device to device): the batch never aliases the resident dump.
         x = self.X[s.first:s.first + B, :s.rows, :s.feats].clone(memory_format=torch.contiguous_format)
         y = self.y[s.first:s.first + B, :s.rows].clone(memory_format=torch.contiguous_format)
@@ -522,34 +505,6 @@ def _free_memory_bytes(device: torch.device) -> int:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def ensure_bin(info: DumpInfo, *, bin_dir=None, no_convert: bool = False, verify: bool = True,
-               notes: list | None = None, progress: bool = True) -> dict:
-    """The sidecar of a valid .bin conversion (crc32-checked if verify), (re)converting a missing or damaged one
-    unless no_convert (never a newer version); notices go to notes. Raises BinFormatError / DumpError (one line)."""
-    sidecar = bin_paths(info.path, bin_dir)[2]
-    notes = notes if notes is not None else []
-    try:
-        meta = read_sidecar(sidecar, info)
-        if verify:
-            seconds = verify_bin_checksums(meta)
-            size = (meta["x_size_bytes"] + meta["y_size_bytes"]) / 1e9
-            notes.append(f"bin: crc32 of {size:.2f} GB verified in {seconds:.2f} s")
-        return meta
-    except BinFormatError as exc:
-        if exc.reason == "newer":
-            raise
-        if no_convert:
-            raise BinFormatError(f"{exc} (no_convert: run `python convert_h5.py {info.path}`)", exc.reason) from None
-        notes.append(f"bin: {exc.reason} conversion ({exc}); converting {info.path} now")
-    import convert_h5
-    try:
-        # Under the conversion lock: ranks asking at once convert once; the others reuse the result.
-        convert_h5.convert(info.path, out_dir=bin_dir, progress=progress, force=False)
-    except convert_h5.ConvertError as exc:
-        raise DumpError(f"conversion of {info.path} to .bin failed: {exc}") from None
-    return read_sidecar(sidecar, info)
-
-
 def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | None = None, *,
                 rank: int = 0, world_size: int = 1, consumed: int = 0, start: int = 0) -> Loader:
     """The loader of `config`'s data path (default: the baseline) for a dump path or DumpInfo; B = batch_size
@@ -579,20 +534,19 @@ def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | No
         raise ValueError(f"device {device} requested but CUDA is not available here")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    common = dict(start=start, rank=rank, world_size=world_size, consumed=consumed)
+    position = dict(start=start, rank=rank, world_size=world_size, consumed=consumed)
     build = {"h5": _make_h5_loader, "bin": _make_bin_loader, "resident": _make_resident_loader}[config.kind]
-    return build(info, batch_size, device, config, common)
+    return build(info, batch_size, device, config, position)
 
 
-def _make_h5_loader(info, batch_size, device, config: LoaderConfig, common) -> Loader:
+def _make_h5_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
     cuda, pinned, streams = device.type == "cuda", config.pinned, config.streams
     name = "h5" + ("+pinned" if pinned else "") + ("+streams" if streams else "")
     name += f"(prefetch={config.prefetch})" if (pinned or streams) else ""
     path = ("h5py+sync-copy" if not cuda or not (pinned or streams) else "h5py+pinned" if not streams
             else "h5py+pinned+streams" if pinned else "h5py+pageable+streams")
-    loader = _SourceLoader(info, batch_size, device, loader_name=name, data_path=path, pinned=pinned and cuda,
-                           threaded=streams and cuda, prefetch=config.prefetch,
-                           source_factory=lambda: _H5Source(info), **common)
+    loader = _SourceLoader(info, batch_size, device, source=_H5Source(info), loader_name=name, data_path=path,
+                           pinned=pinned and cuda, threaded=streams and cuda, prefetch=config.prefetch, **position)
     for flag, on, missing in (("pinned", pinned, "no page-locked copies"), ("streams", streams, "no CUDA streams")):
         if on and not cuda:
             loader.notes.append(f"--{flag}: no effect without CUDA ({missing} on CPU); running the baseline path")
@@ -603,11 +557,11 @@ def _make_h5_loader(info, batch_size, device, config: LoaderConfig, common) -> L
     return loader
 
 
-def _make_resident_loader(info, batch_size, device, config: LoaderConfig, common) -> Loader:
+def _make_resident_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
     cuda = device.type == "cuda"
     need, free = info.num_datasets * info.rows * (info.features + 1) * 4, _free_memory_bytes(device)  # X and y
     if need < 0.5 * free:  # headroom: activations, gradients and optimizer state need the rest
-        loader = _ResidentLoader(info, batch_size, device, loader_name="resident", **common)
+        loader = _ResidentLoader(info, batch_size, device, loader_name="resident", **position)
         loader.notes.append(
             f"resident: dump ({need / 2**30:.2f} GiB) held in GPU memory ({free / 2**30:.1f} GiB were free); "
             f"batches are sliced on the GPU, no host-to-device copies per step" if cuda else
@@ -615,7 +569,8 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, common
             f"host-to-device copies to save)")
         return loader
     # Too big: the pinned+streams h5 path on CUDA, the baseline on CPU.
-    loader = _make_h5_loader(info, batch_size, device, dataclasses.replace(config, pinned=cuda, streams=cuda), common)
+    loader = _make_h5_loader(info, batch_size, device, dataclasses.replace(config, pinned=cuda, streams=cuda),
+                             position)
     loader.loader_name = "resident"
     loader.notes.append(f"resident: dump needs {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of "
                         f"{'GPU' if cuda else 'host'} memory is free (keeping 50% headroom); falling back "
@@ -623,21 +578,45 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, common
     return loader
 
 
-def _make_bin_loader(info, batch_size, device, config: LoaderConfig, common) -> Loader:
+def _ensure_bin(info: DumpInfo, config: LoaderConfig, notes: list, progress: bool) -> dict:
+    """The sidecar of a valid .bin conversion (crc32-checked if config.verify_bin), (re)converting a missing or
+    damaged one unless config.no_convert (never a newer version). Raises BinFormatError / DumpError (one line)."""
+    sidecar = bin_paths(info.path, config.bin_dir)[2]
+    try:
+        meta = read_sidecar(sidecar, info)
+        if config.verify_bin:
+            seconds = verify_bin_checksums(meta)
+            size = (meta["x_size_bytes"] + meta["y_size_bytes"]) / 1e9
+            notes.append(f"bin: crc32 of {size:.2f} GB verified in {seconds:.2f} s")
+        return meta
+    except BinFormatError as exc:
+        if exc.reason == "newer":
+            raise
+        if config.no_convert:
+            raise BinFormatError(f"{exc} (no_convert: run `python convert_h5.py {info.path}`)", exc.reason) from None
+        notes.append(f"bin: {exc.reason} conversion ({exc}); converting {info.path} now")
+    try:
+        # Under the conversion lock: ranks asking at once convert once; the others reuse the result.
+        convert_h5.convert(info.path, out_dir=config.bin_dir, progress=progress, force=False)
+    except convert_h5.ConvertError as exc:
+        raise DumpError(f"conversion of {info.path} to .bin failed: {exc}") from None
+    return read_sidecar(sidecar, info)
+
+
+def _make_bin_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
     """kind="bin": kvikio (gds / kvikio-posix / cufile-compat) or memmap, and says which really runs."""
-    import gds
     cuda = device.type == "cuda"
     name = f"bin(prefetch={config.prefetch})"
     notes: list[str] = []
     kvikio, io_path, why = gds.choose_io_path(cuda, config.kvikio_threads, config.kvikio_target)
+
     def refuse_unless_gds():
         if config.require_gds and io_path != "gds":
             raise GdsUnavailable(f"--require-gds: the bin loader would run '{io_path}', not GPUDirect "
                                  f"Storage ({why})")
 
     refuse_unless_gds()  # before a possibly long conversion
-    meta = ensure_bin(info, bin_dir=config.bin_dir, no_convert=config.no_convert, verify=config.verify_bin,
-                      notes=notes, progress=common["rank"] == 0)
+    meta = _ensure_bin(info, config, notes, progress=position["rank"] == 0)
     if kvikio is not None and io_path == "gds":
         io_path, why = gds.check_direct_io(kvikio, meta["x_path"], io_path, why)
         refuse_unless_gds()
@@ -645,15 +624,14 @@ def _make_bin_loader(info, batch_size, device, config: LoaderConfig, common) -> 
         target = gds.read_target(io_path, config.kvikio_target)
         loader = _KvikioLoader(info, batch_size, device, loader_name=name, data_path=io_path, meta=meta,
                                kvikio=kvikio, target=target, prefetch=config.prefetch,
-                               threads=config.kvikio_threads, **common)
+                               threads=config.kvikio_threads, **position)
         where = ("straight into CUDA slot buffers" if target == "device" else
                  "with POSIX preads into pinned host slots, then async copies on a side stream")
         notes.append(f"bin: path {io_path} ({why}); {config.kvikio_threads} kvikio threads read whole "
                      f"batch spans {where}, {config.prefetch} deep")
     else:
-        loader = _SourceLoader(info, batch_size, device, loader_name=name, data_path=io_path, pinned=cuda,
-                               threaded=True, prefetch=config.prefetch,
-                               source_factory=lambda: _MemmapSource(info, meta), **common)
+        loader = _SourceLoader(info, batch_size, device, source=_MemmapSource(info, meta), loader_name=name,
+                               data_path=io_path, pinned=cuda, threaded=True, prefetch=config.prefetch, **position)
         notes.append(f"bin: path {io_path} ({why})")
     if config.pinned or config.streams:
         notes.append("bin: --pinned/--streams are built into this path (reader thread + ring buffers); "

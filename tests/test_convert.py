@@ -238,8 +238,9 @@ def test_unwritable_output_folder_simulated(dump, tmp_path, monkeypatch, capsys)
 def test_verify_passes_and_catches_a_bad_write(dump, monkeypatch):
     stats = convert_h5.convert(dump, progress=False, verify=True, chunk_datasets=4)
     assert stats["verified"]
-    meta = convert_h5.verify(dump, progress=False, chunk_datasets=7)
-    assert meta["num_datasets"] == N
+    # an up-to-date conversion, checked record by record against the HDF5
+    stats = convert_h5.convert(dump, progress=False, verify=True, force=False, chunk_datasets=7)
+    assert stats["skipped"] and stats["verified"] and stats["num_datasets"] == N
     # corrupt one record's bytes on the way to disk: verify must refuse to publish the files
     state = {"calls": 0}
 
@@ -444,7 +445,7 @@ def test_sigkill_mid_conversion_leaves_no_partial_file_and_the_next_run_cleans_u
         make(dump, B, "cpu", kind="bin", no_convert=True)
     assert convert_h5.main([dump, "--no-progress"]) == 0  # the next run removes the dead run's litter
     assert _leftovers(folder, dump) == sorted(os.path.basename(p) for p in dump_format.bin_paths(dump))
-    convert_h5.verify(dump, progress=False)
+    assert convert_h5.convert(dump, progress=False, verify=True, force=False)["skipped"]
 
 
 def _limited(args, limit_bytes, cwd=ROOT):

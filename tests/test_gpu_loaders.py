@@ -112,7 +112,7 @@ def test_require_gds_matches_driver(dump):
         path = probe.describe()["path"]
     if kvikio is not None:
         io_path, _ = gds.kvikio_io_path(kvikio)
-        available = gds.cufile_property(kvikio, "is_gds_available") is True
+        available = gds.cufile_property("is_gds_available") is True
         assert (io_path == "gds") == (available and not kvikio.defaults.is_compat_mode_preferred())
     if path == "gds":
         with make(dump, B, "cuda", kind="bin", require_gds=True) as loader:
