@@ -3,8 +3,6 @@
 Missing values, constant/duplicate columns, long and wide tables and any sortable labels are handled from the
 training rows; ensemble member k shifts the class indices by k mod K and, for k // K odd, quantile-normalises.
 """
-from __future__ import annotations
-
 import contextlib
 import math
 import re
@@ -23,7 +21,6 @@ from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
 INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (README)
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
-TRANSFORMS = ("none", "quantile")
 AUTOCASTS = ("off", "bf16")   # bf16: faster on CPUs with bf16 dot products (AVX512-BF16, AMX), slower elsewhere
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree
 Z_CLIP = 1e6                # standardised values are clipped here (the model clips at 100 std itself)
@@ -121,8 +118,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     """fit stores the cleaned training set; predict_proba runs the model on train + test rows per member.
 
     device None keeps the model's; autocast "bf16" runs the forward under bf16 autocast; missing "indicator" adds a
-    0/1 column per feature with missing training cells to the mean fill; features_per_estimator None (all)
-    measured best on the real suite (README); random_state seeds the subsample and subsets."""
+    0/1 column per feature with missing training cells to the mean fill; features_per_estimator None uses all
+    columns; random_state seeds the subsample and subsets."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
@@ -246,12 +243,12 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     def _ensemble(self, X_test: np.ndarray, device) -> np.ndarray:
         """Mean probabilities of the distinct members on test rows (m, f') -> (m, K)."""
         num_classes = len(self.classes_)
-        members = list(dict.fromkeys((k % num_classes, TRANSFORMS[(k // num_classes) % len(TRANSFORMS)],
-                                      tuple(self.feature_subsets_[k])) for k in range(self.n_estimators)))
+        members = list(dict.fromkeys((k % num_classes, (k // num_classes) % 2 == 1, tuple(self.feature_subsets_[k]))
+                                     for k in range(self.n_estimators)))   # (class shift, quantile?, columns)
         quantile, xs, ys = {}, [], []
-        for shift, transform, subset in members:
+        for shift, use_quantile, subset in members:
             train, test = self.X_train_[:, subset], X_test[:, subset]
-            if transform == "quantile":
+            if use_quantile:
                 if subset not in quantile:
                     quantile[subset] = (_quantile_normal(train, train), _quantile_normal(train, test))
                 train, test = quantile[subset]

@@ -1,8 +1,7 @@
 """Evaluation of any object with fit(X, y) / predict_proba(X): the sklearn toy suite (a smoke check) and the
 real-data suite (real_data.py) with its cached baselines, ranks and reports. No import side effects."""
-from __future__ import annotations
-
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -72,7 +71,7 @@ def format_scores(name: str, scores: dict) -> str:
             f"balanced_acc {scores['balanced_acc']:.4f}{first}")
 
 
-def make_baseline(name: str, seed: int = 0, n_jobs: int = -1):
+def make_baseline(name: str, seed: int = 0):
     """A fresh estimator for a name of BASELINE_SETTINGS (its settings are stated there)."""
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.impute import SimpleImputer
@@ -84,9 +83,9 @@ def make_baseline(name: str, seed: int = 0, n_jobs: int = -1):
         from lightgbm import LGBMClassifier
         return LGBMClassifier(n_estimators=300, learning_rate=0.05, num_leaves=15, min_child_samples=5,
                               subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0,
-                              random_state=seed, n_jobs=n_jobs, verbose=-1)
+                              random_state=seed, n_jobs=-1, verbose=-1)
     if name == "random_forest":
-        return RandomForestClassifier(n_estimators=200, random_state=seed, n_jobs=n_jobs)
+        return RandomForestClassifier(n_estimators=200, random_state=seed, n_jobs=-1)
     if name == "hist_gradient_boosting":
         return HistGradientBoostingClassifier(random_state=seed)
     if name in ("logistic_regression", "knn"):
@@ -122,7 +121,7 @@ def summarize(per_split: dict, seconds: float = 0.0) -> dict:
             "seconds": seconds, "splits": len(per_split)}
 
 
-def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_task=None) -> dict:
+def baseline_scores(tasks, path: str = BASELINES_PATH, splits_per_task=None) -> dict:
     """{baseline: evaluate_suite result}, cached in `path` under a hash of the tasks, settings and versions."""
     import sklearn
     from importlib.metadata import PackageNotFoundError, version
@@ -138,15 +137,14 @@ def baseline_scores(tasks, path: str = BASELINES_PATH, names=None, splits_per_ta
     with contextlib.suppress(OSError, ValueError, KeyError), open(path) as f:   # a missing or stale cache: {}
         stored = json.load(f)
         cached = stored["results"] if stored.get("fingerprint") == key else {}
-    names = list(BASELINE_SETTINGS) if names is None else list(names)
     suffix = "" if splits_per_task is None else f"@{splits_per_task}"
-    missing = [n for n in names if n + suffix not in cached]
+    missing = [n for n in BASELINE_SETTINGS if n + suffix not in cached]
     for name in missing:
         cached[name + suffix] = evaluate_suite(lambda: make_baseline(name), tasks, splits_per_task)
     if missing:
         write_json_atomic(path, {"fingerprint": key, "settings": BASELINE_SETTINGS, "results": cached},
                           "baseline scores")
-    return {n: cached[n + suffix] for n in names}
+    return {n: cached[n + suffix] for n in BASELINE_SETTINGS}
 
 
 def compare(results: dict, ours: str) -> dict:
@@ -171,29 +169,23 @@ def compare(results: dict, ours: str) -> dict:
     return summary
 
 
-def suite_eval(classifier, tasks, baselines=None, splits_per_task: int = 1) -> dict:
-    """{"roc_auc", "per_task", "seconds", "rank"}; with baselines also their same-split "baselines_roc_auc" and
+def suite_eval(classifier, tasks, baselines, splits_per_task: int = 1) -> dict:
+    """{"roc_auc", "per_task", "seconds", "rank"} and the baselines' same-split "baselines_roc_auc" and
     "baselines_rank" (mean ranks among us and them, 1 = best)."""
     ours = evaluate_suite(lambda: classifier, tasks, splits_per_task)
-    out = {"roc_auc": ours["roc_auc"], "per_task": ours["per_task"], "seconds": ours["seconds"], "rank": None}
-    if baselines:
-        methods = compare({"ours": ours, **baselines}, "ours")["methods"]
-        out["rank"] = methods["ours"]["mean_rank"]
-        out["baselines_roc_auc"] = {n: methods[n]["roc_auc"] for n in baselines}
-        out["baselines_rank"] = {n: methods[n]["mean_rank"] for n in baselines}
-    return out
+    methods = compare({"ours": ours, **baselines}, "ours")["methods"]
+    return {"roc_auc": ours["roc_auc"], "per_task": ours["per_task"], "seconds": ours["seconds"],
+            "rank": methods["ours"]["mean_rank"], "baselines_roc_auc": {n: methods[n]["roc_auc"] for n in baselines},
+            "baselines_rank": {n: methods[n]["mean_rank"] for n in baselines}}
 
 
-def make_suite_eval(tasks=None, splits_per_task: int = 1, with_baselines: bool = True,
-                    baselines_path: str = BASELINES_PATH):
+def make_suite_eval(tasks=None, splits_per_task: int = 1, baselines_path: str = BASELINES_PATH):
     """classifier -> suite_eval scores, for train.py --eval-every; suite and baselines (.baselines) load once."""
     if tasks is None:
         import real_data
         tasks = real_data.load_suite()
-    baselines = baseline_scores(tasks, baselines_path, splits_per_task=splits_per_task) if with_baselines else None
-
-    def run(classifier):
-        return suite_eval(classifier, tasks, baselines, splits_per_task)
+    baselines = baseline_scores(tasks, baselines_path, splits_per_task)
+    run = functools.partial(suite_eval, tasks=tasks, baselines=baselines, splits_per_task=splits_per_task)
     run.baselines = baselines
     return run
 
@@ -215,8 +207,10 @@ def first_time_passing(eval_history, baselines) -> dict:
     return {name: first(name, result["roc_auc"]) for name, result in baselines.items()}
 
 
-def comparison_markdown(summary: dict, title: str = "Real-data suite: ROC AUC", note: str = "") -> str:
-    """Markdown of a compare summary: mean ROC AUC, mean rank, wins/ties/losses, time; then per task."""
+def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "Real-data suite: ROC AUC",
+                     note: str = ""):
+    """Writes a compare summary atomically as JSON and as markdown (mean ROC AUC, mean rank, wins/ties/losses,
+    time; then per task). Returns (md_path, json_path)."""
     from profile_utils import markdown_table
     ours, stats = summary["ours"], summary["methods"]
     methods = sorted(stats, key=lambda m: stats[m]["mean_rank"])
@@ -229,13 +223,8 @@ def comparison_markdown(summary: dict, title: str = "Real-data suite: ROC AUC", 
     per_task = markdown_table(["task", *methods],
                               [[t, *[f"{summary['per_task'][m][t]:.3f}" for m in methods]] for t in tasks])
     note = f"{note}\n\n" if note else ""
-    return (f"## {title}\n\n{note}{len(tasks)} tasks, {summary['splits']} splits; mean rank over tasks "
-            f"(1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}")
-
-
-def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "Real-data suite: ROC AUC",
-                     note: str = ""):
-    """Writes comparison_markdown and the summary as JSON, atomically. Returns (md_path, json_path)."""
-    write_text_atomic(md_path, comparison_markdown(summary, title, note), "comparison table")
+    write_text_atomic(md_path, f"## {title}\n\n{note}{len(tasks)} tasks, {summary['splits']} splits; mean rank over "
+                      f"tasks (1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}",
+                      "comparison table")
     write_json_atomic(json_path, summary, "comparison record")
     return md_path, json_path

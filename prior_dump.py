@@ -5,11 +5,13 @@
 
 Data depend only on (seed, shape, classes, original_batch_size, device type); N datasets are a prefix of M > N.
 """
+import collections
 import contextlib
 import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import h5py
@@ -25,10 +27,9 @@ PRESETS = {
 }
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
-ROWS_PER_CHUNK = 32_768          # rows built by one set of batched tensor ops
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
-CPU_ROWS_PER_S_PER_THREAD = 70_000   # calibrated ETA: a 16-core host built 1.1-1.5M rows/s on CPU
-CUDA_ROWS_PER_S = 2_000_000          # ... and 2.1-2.9M rows/s on an H200
+CPU_ROWS_PER_S_PER_THREAD = 70_000   # the plan line's ETA, calibrated on a 16-core host ...
+CUDA_ROWS_PER_S = 2_000_000          # ... and on an H200
 
 
 class DumpGroup(NamedTuple):
@@ -82,8 +83,7 @@ def _sample_causes(gen, num, count, rows, device):
 def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R)."""
     num_layers = int(rng.integers(2, 7))
-    width = int(round(math.exp(rng.uniform(math.log(5), math.log(130)))))
-    width = max(width, features)                     # room for F root causes
+    width = max(features, int(round(math.exp(rng.uniform(math.log(5), math.log(130))))))   # room for F causes
     activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
     noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device)
     keep_probability = _uniform(gen, (num, 1, 1), 0.2, 1.0, device)   # weight density
@@ -261,21 +261,17 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     return x, labels.float(), num_features.int()
 
 
-def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size):
-    """Raises ValueError with a one-line message for sizes the prior cannot honour."""
+def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size):
+    """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
                              ("features", features, 1), ("classes", classes, 2), ("seed", seed, 0),
-                             ("original_batch_size", original_batch_size, 1)):
+                             ("original_batch_size", original_batch_size, 1),
+                             ("group_size", 1 if group_size is None else group_size, 1)):
         if not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if rows < 2 * classes:
         raise ValueError(f"rows ({rows}) must be >= 2 * classes ({2 * classes}): every class needs "
                          "a row in the train part and one in the test part")
-
-
-def chunk_size(rows):
-    """Datasets per chunk (the unit of generation and seeding): a power of two <= 256."""
-    return min(256, 2 ** max(0, int(math.log2(max(1, ROWS_PER_CHUNK // rows)))))
 
 
 def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
@@ -291,7 +287,7 @@ def _in_order(build_chunk, num_chunks, device):
     """Yields build_chunk(0), build_chunk(1), ... in order; on CPU whole chunks are built in parallel by
     single-threaded workers (a chunk's ops are too small for intra-op threads; seeds are per chunk)."""
     threads = torch.get_num_threads()
-    if not str(device).startswith("cpu") or threads == 1:
+    if device.type != "cpu" or threads == 1:
         yield from map(build_chunk, range(num_chunks))
         return
 
@@ -299,17 +295,14 @@ def _in_order(build_chunk, num_chunks, device):
         torch.set_num_threads(1)   # OpenMP's thread count is per thread: the caller keeps its own
         return build_chunk(chunk_index)
 
-    from concurrent.futures import ThreadPoolExecutor
-    workers = min(threads, num_chunks)
-    pool = ThreadPoolExecutor(workers)
+    pool, pending = ThreadPoolExecutor(min(threads, num_chunks)), collections.deque()
     try:
-        ahead = 2 * workers        # chunks in flight: bounds memory, keeps every worker busy
-        pending = [pool.submit(build_single_threaded, i) for i in range(min(ahead, num_chunks))]
         for chunk_index in range(num_chunks):
-            if chunk_index + ahead < num_chunks:
-                pending.append(pool.submit(build_single_threaded, chunk_index + ahead))
-            yield pending[chunk_index].result()
-            pending[chunk_index] = None
+            pending.append(pool.submit(build_single_threaded, chunk_index))
+            if len(pending) > 2 * threads:   # chunks in flight: bounds memory, keeps every worker busy
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
     finally:
         pool.shutdown(cancel_futures=True)
         torch.set_num_threads(threads)   # torch's default for threads created later, as before
@@ -318,11 +311,10 @@ def _in_order(build_chunk, num_chunks, device):
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
              original_batch_size=32):
     """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
-    if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
-        raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}")
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size)
     device = resolve_device(device or "auto")
-    per_chunk = chunk_size(rows)
+    # datasets per chunk, the unit of generation and seeding: a power of two <= 256, about 32k rows
+    per_chunk = min(256, 2 ** max(0, int(math.log2(max(1, 32_768 // rows)))))
     group_size = group_size or max(1, (32 << 20) // (rows * features * 4))
     chunks_per_group = -(-int(group_size) // per_chunk)
     num_chunks = -(-num_datasets // per_chunk)
@@ -367,7 +359,7 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
     """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
     progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     from tqdm import tqdm
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size)
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
     safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
@@ -473,12 +465,8 @@ def main(argv=None):
              for key, value in PRESETS[args.preset].items()}
     out = args.out or os.path.join(
         "data", "prior_{num_datasets}_{rows}x{features}_{classes}".format(**shape) + f"_seed{args.seed}.h5")
-    try:
-        _check_sizes(seed=args.seed, original_batch_size=args.original_batch_size, **shape)
-        if args.group_size is not None and args.group_size < 1:
-            raise ValueError(f"--group-size must be >= 1, got {args.group_size}")
-        device = resolve_device(args.device)
-        stats = write_dump(out, seed=args.seed, device=device, progress=not args.no_progress,
+    try:   # write_dump checks the sizes, the device and the output before it writes anything
+        stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size, **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
@@ -488,7 +476,7 @@ def main(argv=None):
         return fail(f"interrupted, nothing written to {out}", 130)
     print(f"wrote {out}: {shape['num_datasets']} datasets x {shape['rows']} rows x "
           f"{shape['features']} features, <= {shape['classes']} classes, {stats['bytes'] / 1e6:,.1f} MB "
-          f"in {stats['seconds']:.1f} s = {stats['datasets_per_s']:,.0f} datasets/s on {device}")
+          f"in {stats['seconds']:.1f} s = {stats['datasets_per_s']:,.0f} datasets/s on {stats['device']}")
     return 0
 
 
