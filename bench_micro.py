@@ -72,25 +72,21 @@ def copy_ms(device, tensors, repeats):
 def measure_loader(info, batch_size, device, fields, batches):
     """Batches/s and GB/s one loader delivers to `device` without training; {"status": "failed", "error"} else."""
     t0 = time.perf_counter()
-    loader = None
     try:
-        loader = make_loader(info, batch_size, device, LoaderConfig(**fields))
-        it = iter(loader)
-        for _ in range(LOADER_WARMUP):
-            next(it)
-        _sync(device)   # why: warm-up copies must not spill into the timed window
-        setup, nbytes, t1 = time.perf_counter() - t0, 0, time.perf_counter()
-        for _ in range(batches):
-            batch = next(it)
-            nbytes += batch.x.numel() * batch.x.element_size() + batch.y.numel() * batch.y.element_size()
-        _sync(device)   # why: copies may still be in flight; the clock stops when the last batch is there
-        seconds = time.perf_counter() - t1
-        desc = loader.describe()
+        with make_loader(info, batch_size, device, LoaderConfig(**fields)) as loader:
+            it = iter(loader)
+            for _ in range(LOADER_WARMUP):
+                next(it)
+            _sync(device)   # why: warm-up copies must not spill into the timed window
+            setup, nbytes, t1 = time.perf_counter() - t0, 0, time.perf_counter()
+            for _ in range(batches):
+                batch = next(it)
+                nbytes += batch.x.nbytes + batch.y.nbytes
+            _sync(device)   # why: copies may still be in flight; the clock stops when the last batch is there
+            seconds = time.perf_counter() - t1
+            desc = loader.describe()
     except Exception as e:   # one row says why (e.g. no kvikio); the other loaders still run
         return {"status": "failed", "error": f"{type(e).__name__}: {one_line(e)}"}
-    finally:
-        if loader is not None:
-            loader.close()
     return {"status": "ok", "loader": desc["loader"], "path": desc["path"], "notes": desc["notes"],
             "batches": batches, "bytes": nbytes, "seconds": seconds, "batches_per_s": batches / seconds,
             "ms_per_batch": 1000.0 * seconds / batches, "gb_per_s": nbytes / seconds / 1e9, "setup_s": setup}
@@ -186,11 +182,11 @@ def attention_floors_ms(N, H, R, S, D):
 def time_attention(kernel, qkv, grad, split, device, repeats):
     """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups}
     of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R, masked)."""
-    fn, block_mask = datapoint_attention, None
+    fn, block_mask, keys = datapoint_attention, None, slice(0, split)
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)
         block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
-    keys = slice(None) if block_mask is not None else slice(0, split)
+        keys = slice(None)
 
     def call():
         q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view

@@ -1,5 +1,6 @@
 """Results from run records (profile_utils.make_run_record's layout): per-run summaries, aggregation over repeats,
 markdown tables, targets, progress lines and plots (matplotlib imported inside the plots only)."""
+import contextlib
 import datetime
 import os
 import platform
@@ -20,7 +21,7 @@ TARGETS = {
 # ---- One record -> one summary; repeats -> one row -----------------------------------------------
 
 def extra_of(record):
-    return record["extra"] if isinstance(record.get("extra"), dict) else {}
+    return record.get("extra") or {}
 
 
 def summarize_record(record):
@@ -29,10 +30,9 @@ def summarize_record(record):
     step = timing["step"]
     if step.get("median") is None:
         raise KeyError("run record has no measured steps (all warm-up?)")
-    p10, p90 = (float(step["median"] if step.get(k) is None else step[k]) for k in ("p10", "p90"))
     loss = ex.get("final_loss")
     return {
-        "step_ms": float(step["median"]), "step_p10": p10, "step_p90": p90,
+        "step_ms": float(step["median"]), "step_p10": float(step["p10"]), "step_p90": float(step["p90"]),
         "step_times": [float(v) for v in ex.get("step_times_ms") or []] or None,
         "phases": {name: float(stats["median"]) for name, stats in (timing.get("phases") or {}).items()
                    if isinstance(stats, dict) and stats.get("median") is not None},
@@ -82,9 +82,9 @@ def _phase_names(phase_dicts):
     return [n for n in PHASES if n in seen] + sorted(seen - set(PHASES))
 
 
-def add_speedups(rows, baseline="baseline"):
-    """Sets row["speedup"] = baseline median / row median (None without a baseline row) in place."""
-    base = next((r for r in rows if r["config"] == baseline and r.get("median_ms")), None)
+def add_speedups(rows):
+    """Sets row["speedup"] = baseline median / row median (None without a "baseline" row) in place."""
+    base = next((r for r in rows if r["config"] == "baseline" and r.get("median_ms")), None)
     for row in rows:
         row["speedup"] = base["median_ms"] / row["median_ms"] if base and row.get("median_ms") else None
     return rows
@@ -95,7 +95,7 @@ def best_row(rows):
     return min((r for r in rows if r.get("median_ms")), key=lambda r: r["median_ms"], default=None)
 
 
-def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baseline"):
+def rows_for(runs, workload, configs, flags_of, group_of=None):
     """Aggregated rows of one workload in `configs` order, a status for configs without a record, speedups."""
     rows = []
     for config in configs:
@@ -108,11 +108,11 @@ def rows_for(runs, workload, configs, flags_of, group_of=None, baseline="baselin
             row["status"] = f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}" if problems else "ok"
         else:
             errors = [r["error"] for r in mine if r["error"]]
-            status = mine[0]["status"] if mine else None
-            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(status, "failed: ")
+            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(mine[0]["status"] if mine else None,
+                                                                               "failed: ")
             row["status"] = kind + (errors[0] if errors else "no run")
         rows.append(row)
-    return add_speedups(rows, baseline)
+    return add_speedups(rows)
 
 
 def check_targets(workload, row):
@@ -139,9 +139,11 @@ def targets_lines(all_rows, quick):
         return lines + ["- n/a: --quick shapes; the targets apply to the full blog and upstream workloads", ""]
     for workload in (w for w in all_rows if w in TARGETS):
         best = best_row(all_rows[workload])
-        lines += ([f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, `{best['config']}`)"
-                   for what, target, measured, met in check_targets(workload, best)] if best
-                  else [f"- {workload}: no successful run"])
+        if not best:
+            lines.append(f"- {workload}: no successful run")
+            continue
+        lines += [f"- {workload} {what} {target}: {'met' if met else 'MISSED'} ({measured}, `{best['config']}`)"
+                  for what, target, measured, met in check_targets(workload, best)]
     return lines + [""]
 
 
@@ -161,9 +163,9 @@ def spread_cell(median, p10, p90):
     return f"{format_ms(median)} [{format_ms(p10)}–{format_ms(p90)}]"
 
 
-ABLATION_COLUMNS = ("config", "flags", "ms/step median [p10–p90]", "repeat medians min–max",
-                    "speedup vs baseline", "datasets/s", "data wait", "peak memory", "data path",
-                    "attention kernel", "final loss", "diagnosis")
+def rank_cell(rank):
+    """A mean rank among nanoTabPFN and the baselines (1 = best), or '—' where none was computed."""
+    return "—" if rank is None else f"{rank:.2f}"
 
 
 def ablation_table(rows, batch_size):
@@ -185,8 +187,13 @@ def ablation_table(rows, batch_size):
         if row["status"] != "ok":
             notes.append(f"- `{row['config']}`: {row['status']}")
         diagnoses.append(f"- `{row['config']}`: {row['diagnosis']}")
-    return table(ABLATION_COLUMNS, cells) + ([""] + notes if notes else []) + (
-        ["", "Diagnoses (profile_utils.diagnose, the median repeat of each config):"] + diagnoses if diagnoses else [])
+    lines = table(["config", "flags", "ms/step median [p10–p90]", "repeat medians min–max", "speedup vs baseline",
+                   "datasets/s", "data wait", "peak memory", "data path", "attention kernel", "final loss",
+                   "diagnosis"], cells)
+    lines += [""] + notes if notes else []
+    if diagnoses:
+        lines += ["", "Diagnoses (profile_utils.diagnose, the median repeat of each config):"] + diagnoses
+    return lines
 
 
 def gpu_label(gpus):
@@ -227,11 +234,6 @@ def scaling_table(wrows, unit):
                   "data wait", "peak memory (rank 0)"], cells) + ([""] + notes if notes else [])
 
 
-def _rank_cell(rank):
-    """A mean rank among nanoTabPFN and the baselines (1 = best), or '—' where none was computed."""
-    return "—" if rank is None else f"{rank:.2f}"
-
-
 def quality_lines(runs, ttq):
     """One workload's quality table (per run, then the mean ROC AUC per configuration) and its time to quality."""
     cells, evals = [], {}
@@ -241,8 +243,7 @@ def quality_lines(runs, ttq):
         cells.append([x["name"], x["seed"], f"{sum(tail) / len(tail):.4f}", f"{ex['eval']['roc_auc']:.4f}",
                       *(f"{ex['eval'][k]:.4f}" if k in ex["eval"] else "—" for k in ("acc", "balanced_acc"))])
         evals.setdefault(x["name"], []).append(ex["eval"]["roc_auc"])
-        reference = ex.get("reference") or {"name": "random forest", "scores": ex["random_forest"]}
-        evals.setdefault(reference["name"], []).append(reference["scores"]["roc_auc"])
+        evals.setdefault(ex["reference"]["name"], []).append(ex["reference"]["scores"]["roc_auc"])
     cells += [[f"**{name}**: mean over seeds", "", "", f"{statistics.mean(aucs):.4f} (min {min(aucs):.4f}, "
                f"max {max(aucs):.4f})", "", ""] for name, aucs in evals.items()]
     lines = table(["configuration", "seed", "final loss (mean of last 50 steps)", "ROC AUC", "accuracy",
@@ -253,11 +254,11 @@ def quality_lines(runs, ttq):
                   f"{ttq['train_seconds']:.1f} s of training; final ROC AUC {ttq['final']['roc_auc']:.4f}.", ""]
         lines += table(["baseline", "its ROC AUC", "its mean rank at the last evaluation",
                         "first evaluation at or above its ROC AUC"],
-                       [[name, f"{b['roc_auc']:.4f}", _rank_cell(b.get("mean_rank")),
+                       [[name, f"{b['roc_auc']:.4f}", rank_cell(b.get("mean_rank")),
                          f"step {p['step']}, {p['train_seconds']:.1f} s" if p else "none within the budget"]
                         for name, b in ttq["baselines"].items() for p in [ttq["first_passing"][name]]])
         lines += [""] + table(["step", "training seconds", "ROC AUC", "mean rank"],
-                              [[h[0], f"{h[1]:.1f}", f"{h[2]:.4f}", _rank_cell(h[3] if len(h) > 3 else None)]
+                              [[h[0], f"{h[1]:.1f}", f"{h[2]:.4f}", rank_cell(h[3] if len(h) > 3 else None)]
                                for h in ttq["history"]])
     return lines + [""]
 
@@ -286,8 +287,8 @@ def split_profile_tables(markdown):
     out = {}
     for section in re.split(r"(?m)^(?=### )", markdown or ""):
         section = section.strip()
-        kind = next((k for k, title in TABLE_TITLES if section[4:].startswith(title)), None)
-        if section.startswith("### ") and kind and kind not in out:
+        kind = next((k for k, title in TABLE_TITLES if section.startswith("### " + title)), None)
+        if kind and kind not in out:
             out[kind] = section
     return out
 
@@ -342,8 +343,7 @@ def profile_lines(base_tables, best_tables, best_name):
 
 def environment_of(records):
     """The environment block (GPU name, versions) of the first record that has one, else {}."""
-    envs = (record.get("environment") or extra_of(record).get("environment") for record in records)
-    return next((env for env in envs if isinstance(env, dict) and env), {})
+    return next((record["environment"] for record in records if record.get("environment")), {})
 
 
 def device_name(env):
@@ -358,8 +358,8 @@ def now_iso():
 
 def header_lines(title, command, env, extra=()):
     """The header of every results file: command, date, commit, device and versions."""
-    versions = ", ".join(f"{label} {'n/a' if value is None else value}" for label in
-                         ("torch", "CUDA", "cuDNN", "kvikio", "driver", "python") for value in [env.get(label.lower())])
+    versions = ", ".join(f"{label} {env.get(label.lower()) or 'n/a'}"
+                         for label in ("torch", "CUDA", "cuDNN", "kvikio", "driver", "python"))
     gpus = f" x{env['gpu_count']}" if (env.get("gpu_count") or 0) > 1 else ""
     return [f"# {title}", "", f"- command: `{command}`", f"- date: {now_iso()}", f"- git commit: {git_commit()}",
             f"- device: {device_name(env)}{gpus} (host {env.get('hostname', platform.node())})",
@@ -400,22 +400,15 @@ class Progress:
 
 # ---- Plots (matplotlib's Figure without pyplot, imported lazily; PNGs written atomically) ---------
 
-def _figure(rows, what, figsize, ncols=1):
-    """(fig, axes) of a new figure; ValueError without rows."""
-    if not rows:
-        raise ValueError(f"{what}: no rows")
+@contextlib.contextmanager
+def _figure(path, title, figsize, ncols=1):
+    """Yields the axes of a new figure, then writes it with `title` on top to `path` as a PNG."""
     from matplotlib.figure import Figure   # no pyplot: no backend, no display, nothing to close
     fig = Figure(figsize=figsize)
-    return fig, fig.subplots(ncols=ncols)
-
-
-def _save_png(fig, path, title):
-    """Writes the figure (title on its first axes); the path."""
-    if title:
-        fig.axes[0].set_title(title)
+    yield fig.subplots(ncols=ncols)
+    fig.suptitle(title)
     with atomic_output(path, "plot") as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    return os.fspath(path)
 
 
 def save_plot(plot_fn, rows, path, title, **kwargs):
@@ -444,144 +437,120 @@ def plot_ablation(out_dir, name, all_rows):
     return [p for p in written if p]
 
 
-def _step_median(row):
-    s = row.get("step_ms")
-    return s.get("median") if isinstance(s, dict) else s
-
-
-def _bars(rows, what):
-    fig, ax = _figure(rows, what, figsize=(max(5.0, 1.1 * len(rows) + 2), 4.5))
+def _config_ticks(ax, rows):
+    """x positions of one bar per row, labelled by config."""
     x = np.arange(len(rows))
     ax.set_xticks(x)
     ax.set_xticklabels([str(r.get("config", i)) for i, r in enumerate(rows)], rotation=30, ha="right")
     ax.grid(axis="y", alpha=0.3)
-    return fig, ax, x
+    return x
 
 
 def plot_phase_bars(rows, path, title="Step time by phase"):
     """Stacked phase medians, a tick at the step median; rows [{"config", "phases": {phase: ms}, "step_ms"}]."""
-    fig, ax, x = _bars(rows, "plot_phase_bars")
     colors = {"data": "tab:red", "forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green",
               "other": "tab:gray"}
-    bottom = np.zeros(len(rows))
-    for name in _phase_names(r.get("phases", {}) for r in rows):
-        vals = np.array([float(r.get("phases", {}).get(name) or 0.0) for r in rows])
-        ax.bar(x, vals, 0.6, bottom=bottom, label=name, color=colors.get(name))
-        bottom += vals
-    steps = [_step_median(r) for r in rows]
-    if any(s is not None for s in steps):   # the median of step sums is not the sum of phase medians
-        ax.scatter([xi for xi, s in zip(x, steps) if s is not None], [s for s in steps if s is not None],
-                   marker="_", s=600, color="black", zorder=3, label="step median")
-    ax.set_ylabel("ms per step (median)")
-    ax.legend(fontsize=8)
-    return _save_png(fig, path, title)
+    with _figure(path, title, (max(5.0, 1.1 * len(rows) + 2), 4.5)) as ax:
+        x, bottom = _config_ticks(ax, rows), np.zeros(len(rows))
+        for name in _phase_names(r["phases"] for r in rows):
+            vals = np.array([r["phases"].get(name, 0.0) for r in rows])
+            ax.bar(x, vals, 0.6, bottom=bottom, label=name, color=colors.get(name))
+            bottom += vals
+        # The median of step sums is not the sum of phase medians: the step median gets its own tick.
+        ax.scatter(x, [r["step_ms"]["median"] for r in rows], marker="_", s=600, color="black", zorder=3,
+                   label="step median")
+        ax.set_ylabel("ms per step (median)")
+        ax.legend(fontsize=8)
+    return os.fspath(path)
 
 
 def plot_speedup(rows, path, title="Speedup vs baseline", baseline=None):
     """Bars of baseline median / row median with p10–p90 error bars, or of the rows' own "speedup" (optional
     "speedup_p10" / "speedup_p90"). baseline: config name (default the first row)."""
-    if not rows:
-        raise ValueError("plot_speedup: no rows")
     base = rows[0] if baseline is None else next((r for r in rows if r.get("config") == baseline), None)
     if base is None:
         raise ValueError(f"plot_speedup: baseline {baseline!r} not among the rows")
-    base_med = _step_median(base)
-    sp, lo, hi = [], [], []
+    speedups, low, high = [], [], []
     for r in rows:
-        st = r.get("step_ms") or {}
         if r.get("speedup") is not None:
             s = float(r["speedup"])
-            band = float(r.get("speedup_p10", s)), float(r.get("speedup_p90", s))
-        elif base_med and st.get("median"):
-            s = base_med / st["median"]
-            band = base_med / st.get("p90", st["median"]), base_med / st.get("p10", st["median"])
+            band = r.get("speedup_p10", s), r.get("speedup_p90", s)
         else:
-            raise ValueError(f"plot_speedup: row {r.get('config')!r} has neither 'speedup' "
-                             "nor step_ms medians (for it and the baseline)")
-        sp.append(s)
-        lo.append(max(s - min(band), 0.0))
-        hi.append(max(max(band) - s, 0.0))
-    fig, ax, x = _bars(rows, "plot_speedup")
-    ax.bar(x, sp, 0.6, yerr=[lo, hi], capsize=4, color="tab:blue")
-    ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    for xi, s in zip(x, sp):
-        ax.annotate(f"{s:.2f}x", (xi, s), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
-    ax.set_ylabel(f"speedup vs {base.get('config', 'baseline')} (p10–p90)")
-    return _save_png(fig, path, title)
+            base_ms, step = base["step_ms"]["median"], r["step_ms"]
+            s = base_ms / step["median"]
+            band = base_ms / step["p90"], base_ms / step["p10"]
+        speedups.append(s)
+        low.append(max(s - min(band), 0.0))
+        high.append(max(max(band) - s, 0.0))
+    with _figure(path, title, (max(5.0, 1.1 * len(rows) + 2), 4.5)) as ax:
+        x = _config_ticks(ax, rows)
+        ax.bar(x, speedups, 0.6, yerr=[low, high], capsize=4, color="tab:blue")
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        for xi, s in zip(x, speedups):
+            ax.annotate(f"{s:.2f}x", (xi, s), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+        ax.set_ylabel(f"speedup vs {base.get('config', 'baseline')} (p10–p90)")
+    return os.fspath(path)
 
 
-def _smooth(values, frac=0.02):
+def _smooth(values, frac):
     """Centred moving average over ~frac of the curve (at least 1 point); edges shrink."""
-    v = np.asarray(values, dtype=np.float64)
-    w = int(round(len(v) * frac))
-    if w <= 1 or len(v) < 3:
-        return v
-    k = np.ones(w)
-    return np.convolve(v, k, mode="same") / np.convolve(np.ones_like(v), k, mode="same")
+    w = int(round(len(values) * frac))
+    if w <= 1 or len(values) < 3:
+        return values
+    kernel = np.ones(w)
+    return np.convolve(values, kernel, mode="same") / np.convolve(np.ones_like(values), kernel, mode="same")
 
 
 def plot_loss_curves(curves, path, title="Training loss", band="minmax", smooth=0.02):
     """Loss curves {name: (steps, losses) or [(steps, losses), ...]} with a run-to-run band ("minmax" or "std");
     repeats are interpolated onto the first one's steps; smooth: moving-average fraction (0: none)."""
-    if band not in ("minmax", "std"):
-        raise ValueError(f"band must be 'minmax' or 'std', got {band!r}")
-    fig, ax = _figure(curves, "plot_loss_curves", figsize=(7, 4.5))
-    for i, (name, runs) in enumerate(curves.items()):
-        runs = [runs] if isinstance(runs, tuple) and len(runs) == 2 and np.ndim(runs[0]) == 1 else list(runs)
-        if not runs:
-            continue
-        steps0 = np.asarray(runs[0][0], dtype=np.float64)
-        stack = []
-        for steps, losses in runs:
-            steps, losses = np.asarray(steps, np.float64), np.asarray(losses, np.float64)
-            if len(steps) != len(losses):
-                raise ValueError(f"curve {name!r}: {len(steps)} steps for {len(losses)} losses")
-            stack.append(np.interp(steps0, steps, _smooth(losses, smooth) if smooth else losses))
-        stack = np.vstack(stack)
-        mean = stack.mean(axis=0)
-        ax.plot(steps0, mean, color=f"C{i % 10}", lw=1.5, label=f"{name} ({len(runs)} run{'s' * (len(runs) > 1)})")
-        if len(runs) > 1:
-            sd = stack.std(axis=0, ddof=1)
-            lo, hi = (stack.min(axis=0), stack.max(axis=0)) if band == "minmax" else (mean - sd, mean + sd)
-            ax.fill_between(steps0, lo, hi, color=f"C{i % 10}", alpha=0.2, lw=0)
-    ax.set(xlabel="step", ylabel="loss" + (" (smoothed)" if smooth else ""))
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return _save_png(fig, path, title + f"; band: {'min–max' if band == 'minmax' else '±1 std'} across repeats")
+    band_name = "min–max" if band == "minmax" else "±1 std"
+    with _figure(path, f"{title}; band: {band_name} across repeats", (7, 4.5)) as ax:
+        for i, (name, runs) in enumerate(curves.items()):
+            runs = [runs] if isinstance(runs, tuple) and len(runs) == 2 and np.ndim(runs[0]) == 1 else list(runs)
+            if not runs:
+                continue
+            steps0 = np.asarray(runs[0][0], dtype=np.float64)
+            stack = np.vstack([np.interp(steps0, steps, _smooth(np.asarray(losses, np.float64), smooth))
+                               for steps, losses in runs])
+            mean = stack.mean(axis=0)
+            ax.plot(steps0, mean, color=f"C{i % 10}", lw=1.5, label=f"{name} ({len(runs)} run{'s' * (len(runs) > 1)})")
+            if len(runs) > 1:
+                sd = stack.std(axis=0, ddof=1)
+                lo, hi = (stack.min(axis=0), stack.max(axis=0)) if band == "minmax" else (mean - sd, mean + sd)
+                ax.fill_between(steps0, lo, hi, color=f"C{i % 10}", alpha=0.2, lw=0)
+        ax.set(xlabel="step", ylabel="loss" + (" (smoothed)" if smooth else ""))
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    return os.fspath(path)
 
 
 def plot_scaling(rows, path, title="Multi-GPU scaling"):
     """Throughput (with ideal linear scaling from the fewest GPUs) and step time against GPUs:
-    rows [{"gpus", "datasets_per_s", "step_ms": float or {"median", "p10", "p90"}, "config" (optional)}]."""
-    fig, (ax1, ax2) = _figure(rows, "plot_scaling", ncols=2, figsize=(10, 4.2))
-    groups = {}
-    for r in rows:
-        groups.setdefault(str(r.get("config", "")), []).append(r)
-    for i, (cfg, rs) in enumerate(groups.items()):
-        rs = sorted(rs, key=lambda r: r["gpus"])
-        g = np.array([r["gpus"] for r in rs], dtype=np.float64)
-        tput = np.array([r["datasets_per_s"] for r in rs], dtype=np.float64)
-        color = f"C{i % 10}"
-        ax1.plot(g, tput, "o-", color=color, label=cfg or "measured")
-        ax1.plot(g, tput[0] * g / g[0], ":", color=color, alpha=0.6, label=f"{cfg + ' ' if cfg else ''}ideal")
-        ax2.plot(g, [_step_median(r) for r in rs], "o-", color=color, label=cfg or "measured")
-        if all(isinstance(r.get("step_ms"), dict) and "p10" in r["step_ms"] for r in rs):
-            ax2.fill_between(g, [r["step_ms"]["p10"] for r in rs], [r["step_ms"]["p90"] for r in rs],
-                             color=color, alpha=0.2, lw=0)
-    for ax, ylabel in ((ax1, "datasets / s"), (ax2, "ms per step (median, p10–p90)")):
-        ax.set(xlabel="GPUs", ylabel=ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    return _save_png(fig, path, None)
+    rows [{"gpus", "datasets_per_s", "step_ms": {"median", "p10", "p90"}, "config" (optional)}]."""
+    rows = sorted(rows, key=lambda r: r["gpus"])
+    gpus = np.array([r["gpus"] for r in rows], dtype=np.float64)
+    per_s = np.array([r["datasets_per_s"] for r in rows], dtype=np.float64)
+    label = rows[0].get("config") or "measured"
+    with _figure(path, title, (10, 4.2), ncols=2) as (ax1, ax2):
+        ax1.plot(gpus, per_s, "o-", label=label)
+        ax1.plot(gpus, per_s[0] * gpus / gpus[0], ":", color="C0", alpha=0.6, label="ideal")
+        ax2.plot(gpus, [r["step_ms"]["median"] for r in rows], "o-", label=label)
+        ax2.fill_between(gpus, [r["step_ms"]["p10"] for r in rows], [r["step_ms"]["p90"] for r in rows],
+                         color="C0", alpha=0.2, lw=0)
+        for ax, ylabel in ((ax1, "datasets / s"), (ax2, "ms per step (median, p10–p90)")):
+            ax.set(xlabel="GPUs", ylabel=ylabel)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    return os.fspath(path)
 
 
 def plot_time_to_quality(ttq, path, title="ROC AUC against training time"):
     """The time-to-quality run's evaluations against training seconds, each baseline a horizontal line."""
-    fig, ax = _figure(ttq["history"], "plot_time_to_quality", figsize=(7, 4.5))
-    ax.plot([h[1] for h in ttq["history"]], [h[2] for h in ttq["history"]], marker="o", label="nanoTabPFN")
-    for i, (name, b) in enumerate(ttq["baselines"].items()):
-        ax.axhline(b["roc_auc"], linestyle="--", linewidth=1, color=f"C{1 + i}", label=name)
-    ax.set(xlabel="training seconds (evaluation not counted)", ylabel="mean ROC AUC")
-    ax.legend(fontsize=8)
-    return _save_png(fig, path, title)
+    with _figure(path, title, (7, 4.5)) as ax:
+        ax.plot([h[1] for h in ttq["history"]], [h[2] for h in ttq["history"]], marker="o", label="nanoTabPFN")
+        for i, (name, b) in enumerate(ttq["baselines"].items()):
+            ax.axhline(b["roc_auc"], linestyle="--", linewidth=1, color=f"C{1 + i}", label=name)
+        ax.set(xlabel="training seconds (evaluation not counted)", ylabel="mean ROC AUC")
+        ax.legend(fontsize=8)
+    return os.fspath(path)

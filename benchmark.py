@@ -59,7 +59,9 @@ WORKLOADS = {
 QUICK_WORKLOADS = {
     "blog": dict(batch_size=2, rows=32, features=5, steps=6, warmup=2, num_datasets=64),
     "upstream": dict(batch_size=8, rows=12, features=5, steps=6, warmup=2, num_datasets=64)}
-# Every file that shapes a measured run: --resume reuses runs only while their digest matches.
+# Every file that shapes a measured run: --resume reuses runs only while their digest matches; flag rejections
+# only while TRAIN_SOURCES' digest matches.
+TRAIN_SOURCES = ("train.py", "train_optimized.py")
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
                     "graphed_step.py", "triton_attention.py", "profile_utils.py", "prior_dump.py", "runtime.py")
 # The least value of each numeric flag (argument name: least).
@@ -93,14 +95,9 @@ def read_source(name):
         return b""
 
 
-def train_sources():
-    """sha256 of train.py + train_optimized.py (whether a flag rejection still holds)."""
-    return hashlib.sha256(read_source("train.py") + read_source("train_optimized.py")).hexdigest()
-
-
-def code_sources():
-    """sha256 of MEASURED_SOURCES (whether an earlier run measured this code)."""
-    return hashlib.sha256(b"".join(map(read_source, MEASURED_SOURCES))).hexdigest()
+def sources_digest(names):
+    """sha256 of these repository files (TRAIN_SOURCES or MEASURED_SOURCES)."""
+    return hashlib.sha256(b"".join(map(read_source, names))).hexdigest()
 
 
 # ---- The machine, the output folder, the dumps ---------------------------------------------------
@@ -126,9 +123,9 @@ def out_dir_of(args, env):
     return args.out or os.path.join(REPO, "results", "cpu-" + slug(host) if name == "cpu" else slug(name))
 
 
-def make_dumps(args, shapes, timeout=3600):
-    """{workload: cached dump}, each written if missing by prior_dump.write_dump in a child process (the prior may
-    run on CUDA, and this process holds no CUDA context while runs use the GPU): on cuda when a GPU is present."""
+def make_dumps(args, shapes):
+    """{workload: cached dump}, each written if missing by prior_dump.py in a child process (this process holds no
+    CUDA context while runs use the GPU); the prior runs on cuda when a GPU is present."""
     device = detect_env(args.device)["device"] if args.dump_device == "auto" else args.dump_device
     dumps = {}
     for workload, shape in shapes.items():
@@ -139,15 +136,14 @@ def make_dumps(args, shapes, timeout=3600):
             continue
         print(f"generating {rel(path)} ({n} datasets x {rows} rows x {features} features, prior on {device}) ...",
               flush=True)
-        code = ("import sys, prior_dump; a = sys.argv[1:]; s = prior_dump.write_dump(a[0], *map(int, a[1:4]), 2, "
-                "int(a[4]), device=a[5]); print(f\"  done in {s['seconds']:.1f} s ({s['bytes'] / 1e6:.0f} MB)\")")
-        cmd = [sys.executable, "-c", code, path, str(n), str(rows), str(features), str(args.dump_seed), device]
+        cmd = [sys.executable, "prior_dump.py", "--out", path, "--num-datasets", str(n), "--rows", str(rows),
+               "--features", str(features), "--classes", "2", "--seed", str(args.dump_seed), "--device", device]
         try:
-            proc = subprocess.run(cmd, cwd=REPO, timeout=timeout, env=child_env())
+            proc = subprocess.run(cmd, cwd=REPO, timeout=3600, env=child_env())
         except subprocess.TimeoutExpired:
-            raise RunError(f"generating the dump {path} took more than {timeout} s") from None
+            raise RunError(f"generating the dump {path} took more than 3600 s") from None
         if proc.returncode != 0 or not os.path.exists(path):
-            raise RunError(f"could not generate the dump {path} (prior_dump.write_dump exit {proc.returncode})")
+            raise RunError(f"could not generate the dump {path} (prior_dump.py exit {proc.returncode})")
     return dumps
 
 
@@ -163,16 +159,16 @@ def child_env(distributed=False):
 
 # ---- Running train_optimized.py ------------------------------------------------------------------
 
-def train_command(dump, shape, flags, record_path, device="auto", extra=(), nproc=None):
+def train_command(args, dump, shape, flags, record_path, nproc=None):
     """The train_optimized.py command line of one timing run (through torchrun when nproc is given)."""
-    args = ["train_optimized.py", "--data", dump, "--steps", str(shape["steps"]),
-            "--batch-size", str(shape["batch_size"]), "--no-eval", "--log-every", str(shape["steps"]),
-            "--timing-warmup", str(shape["warmup"]), "--record", record_path]
-    args += (["--device", device] if device != "auto" else []) + list(extra) + list(flags)
+    cmd = ["train_optimized.py", "--data", dump, "--steps", str(shape["steps"]),
+           "--batch-size", str(shape["batch_size"]), "--no-eval", "--log-every", str(shape["steps"]),
+           "--timing-warmup", str(shape["warmup"]), "--record", record_path]
+    cmd += (["--device", args.device] if args.device != "auto" else []) + args.train_args_list + list(flags)
     if nproc is None:
-        return [sys.executable] + args
+        return [sys.executable] + cmd
     # torch.distributed.run is torchrun's module: no dependence on a `torchrun` script on PATH.
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] + args
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] + cmd
 
 
 def run_once(cmd, record_path, timeout):
@@ -193,39 +189,37 @@ def run_once(cmd, record_path, timeout):
             raise
         return {"status": "failed", "returncode": None, "wall_seconds": time.perf_counter() - t0,
                 "error": f"timed out after {timeout} s", "record": None}
-    out = {"returncode": proc.returncode, "wall_seconds": time.perf_counter() - t0, "record": None, "error": ""}
-    last_err, last_out = (([ln.strip() for ln in text.splitlines() if ln.strip()] or [""])[-1]
-                          for text in (stderr, stdout))
+    out = {"status": "failed", "returncode": proc.returncode, "wall_seconds": time.perf_counter() - t0,
+           "record": None}
+    last_err, last_out = ((text.strip().splitlines() or [""])[-1].strip() for text in (stderr, stdout))
     if proc.returncode == 2 and ("unrecognized arguments" in stderr or "invalid choice" in stderr):
-        return {**out, "status": "unsupported", "error": f"train_optimized.py does not accept these flags yet "
-                                                         f"({last_err})"}
+        return {**out, "status": "unsupported",
+                "error": f"train_optimized.py does not accept these flags yet ({last_err})"}
     if proc.returncode != 0:
-        return {**out, "status": "failed", "error": f"exit {proc.returncode}: {last_err or last_out}"}
+        return {**out, "error": f"exit {proc.returncode}: {last_err or last_out}"}
     try:
         with open(record_path) as f:
             record = json.load(f)
         br.summarize_record(record)   # fails here, not in the tables, if the record lacks step timing
     except (OSError, ValueError, KeyError, TypeError) as e:
-        return {**out, "status": "failed", "error": f"no usable run record: {type(e).__name__}: {e}"}
-    return {**out, "status": "ok", "record": record}
+        return {**out, "error": f"no usable run record: {type(e).__name__}: {e}"}
+    return {**out, "status": "ok", "error": "", "record": record}
 
 
 def slim_record(record):
     """The record as kept in the results JSON: all of it but the (long) profiler tables markdown."""
     extra = {k: v for k, v in br.extra_of(record).items() if k != "profile_tables"}
-    return {**{k: v for k, v in record.items() if k != "extra"}, "extra": extra}
+    return {**record, "extra": extra}
 
 
 def runs_for_json(runs):
-    return [{k: (slim_record(v) if k == "record" and v else v) for k, v in r.items()} for r in runs]
+    return [{**r, "record": r["record"] and slim_record(r["record"])} for r in runs]
 
 
-def result_text(result):
-    if result["status"] != "ok":
-        prefix = {"unsupported": "skipped: ", "pending": "not started: "}.get(result["status"], "FAILED: ")
-        return prefix + result["error"]
-    s = br.summarize_record(result["record"])
-    return f"{format_ms(s['step_ms'])}/step (data {100 * s['data_share']:.1f}%)"
+def result_text(run):
+    if run["status"] != "ok":
+        return {"unsupported": "skipped: ", "pending": "not started: "}.get(run["status"], "FAILED: ") + run["error"]
+    return f"{format_ms(run['summary']['step_ms'])}/step (data {100 * run['summary']['data_share']:.1f}%)"
 
 
 def run_seconds_guess(args):
@@ -241,67 +235,58 @@ def run_seconds_guess(args):
     return 15 if args.quick else 60, "a guess"
 
 
-def run_matrix(shapes, dumps, configs, repeats, args, flags_of=None, nproc_of=None, previous=None, deadline=None,
+def run_matrix(shapes, dumps, configs, repeats, args, flags_of=FLAGS, nproc_of=None, previous=None, deadline=None,
                what="runs"):
-    """Runs every schedule() entry in its own process. flags_of: {config: flags} (default FLAGS); nproc_of:
-    {config: torchrun processes}; previous: {(workload, repeat, config): run} to reuse (--resume); deadline:
-    time.monotonic() after which no run starts (status "pending")."""
-    flags_of, previous, unsupported, runs = flags_of or FLAGS, previous or {}, {}, []
+    """Runs every schedule() entry in its own process. flags_of: {config: flags}; nproc_of: {config: torchrun
+    processes}; previous: {(workload, repeat, config): run} to reuse (--resume); deadline: time.monotonic() after
+    which no run starts (status "pending")."""
+    nproc_of, previous, unsupported, runs = nproc_of or {}, previous or {}, {}, []
     plan = schedule(list(shapes), configs, repeats)
     progress = br.Progress(len(plan), f"{what} ({len(shapes)} workloads x {len(configs)} configs x {repeats} "
                                       "repeats, one process each)", *run_seconds_guess(args),
                            to_run=sum(key not in previous for key in plan))
     with tempfile.TemporaryDirectory(prefix="bench-records-") as tmp:
         for workload, repeat, config in plan:
-            base = {"workload": workload, "config": config, "repeat": repeat, "flags": list(flags_of[config]),
-                    "command": None, "returncode": None, "wall_seconds": 0.0, "record": None, "summary": None}
-            label = f"{workload} r{repeat}/{repeats} {config}"
-            done = previous.get((workload, repeat, config))
-            if done is not None:
-                runs.append({**done, "summary": br.summarize_record(done["record"]) if done["status"] == "ok"
-                             else None, "reused": True})
-                if done["status"] == "unsupported":
-                    unsupported[config] = done["error"]
-                progress.line(label, result_text(done) + " (from the earlier run, --resume)")
-                continue
-            if config in unsupported:   # rejected once: the same flags are rejected every time
-                runs.append({**base, "status": "unsupported", "error": unsupported[config]})
+            run = {"workload": workload, "config": config, "repeat": repeat, "flags": list(flags_of[config]),
+                   "command": None, "returncode": None, "wall_seconds": 0.0, "record": None, "summary": None}
+            reused = (workload, repeat, config) in previous
+            if reused:
+                run = {**previous[workload, repeat, config], "reused": True}
+            elif config in unsupported:   # rejected once: the same flags are rejected every time
+                run.update(status="unsupported", error=unsupported[config])
             elif deadline is not None and time.monotonic() > deadline:
-                runs.append({**base, "status": "pending", "error": "--budget-minutes spent"})
+                run.update(status="pending", error="--budget-minutes spent")
             else:
                 record_path = os.path.join(tmp, f"{workload}-{slug(config)}-r{repeat}.json")
-                cmd = train_command(dumps[workload], shapes[workload], flags_of[config], record_path, args.device,
-                                    args.train_args_list, (nproc_of or {}).get(config))
-                result = run_once(cmd, record_path, args.run_timeout)
-                if result["status"] == "unsupported":
-                    unsupported[config] = result["error"]
+                cmd = train_command(args, dumps[workload], shapes[workload], flags_of[config], record_path,
+                                    nproc_of.get(config))
                 # As written to files: `python` for the interpreter, paths relative to the repository.
                 shown = [rel(c) if os.path.isabs(c) and c.startswith(REPO + os.sep) else c
                          for c in ("python" if c == sys.executable else c for c in cmd)]
-                runs.append({**base, "command": shlex.join(shown), **result,
-                             "summary": br.summarize_record(result["record"]) if result["record"] else None})
-            progress.line(label, result_text(runs[-1]), runs[-1]["wall_seconds"])
+                run.update(command=shlex.join(shown), **run_once(cmd, record_path, args.run_timeout))
+            if run["status"] == "unsupported":
+                unsupported[config] = run["error"]
+            run["summary"] = br.summarize_record(run["record"]) if run["status"] == "ok" else None
+            runs.append(run)
+            progress.line(f"{workload} r{repeat}/{repeats} {config}", result_text(run) + (
+                " (from the earlier run, --resume)" if reused else ""), None if reused else run["wall_seconds"])
     return runs
 
 
-def nothing_measured(runs, what):
-    """True (with a one-line note) when no run produced a record: earlier files are kept, not overwritten."""
-    if any(r["status"] == "ok" for r in runs):
-        return False
-    print(f"no {what} produced a record; nothing written (first error: "
-          f"{next((r['error'] for r in runs if r['error']), 'none')})")
-    return True
-
-
-def env_of(runs, fallback):
-    """The environment of the first run record that has one, else `fallback`."""
+def measured_env(runs, what, fallback):
+    """The environment of the first run record (else `fallback`); None, with a one-line note, when no run produced
+    a record: earlier files are kept, not overwritten."""
+    if not any(r["status"] == "ok" for r in runs):
+        print(f"no {what} produced a record; nothing written (first error: "
+              f"{next((r['error'] for r in runs if r['error']), 'none')})")
+        return None
     return br.environment_of([r["record"] for r in runs if r.get("record")]) or fallback
 
 
 def load_previous(path, shapes, dumps, args):
     """{(workload, repeat, config): run} of an earlier <name>.json that --resume may reuse: successful runs (and
-    flag rejections while train.py / train_optimized.py are unchanged) with the same --quick, device,
-    --train-args, code, workload shape, dump and flags."""
+    flag rejections while TRAIN_SOURCES are unchanged) with the same --quick, device, --train-args, code, workload
+    shape, dump and flags."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -312,11 +297,11 @@ def load_previous(path, shapes, dumps, args):
             (args.quick, args.device, args.train_args_list):
         print("resume: --quick, --device or --train-args differ from the earlier run; running everything", flush=True)
         return {}
-    if data.get("code_sources") != code_sources():
+    if data.get("code_sources") != sources_digest(MEASURED_SOURCES):
         print("resume: the code that shapes a run changed since the earlier runs; running everything", flush=True)
         return {}
     same = {w for w in shapes if (data.get("workloads") or {}).get(w) == workloads_json(shapes, dumps)[w]}
-    keep = ("ok", "unsupported") if data.get("train_sources") == train_sources() else ("ok",)
+    keep = ("ok", "unsupported") if data.get("train_sources") == sources_digest(TRAIN_SOURCES) else ("ok",)
     return {(r["workload"], r["repeat"], r["config"]): r for r in data.get("runs", [])
             if r.get("status") in keep and (r.get("record") or r["status"] == "unsupported")
             and r["workload"] in same and r["config"] in FLAGS and r.get("flags") == FLAGS[r["config"]]}
@@ -364,16 +349,16 @@ def workloads_json(shapes, dumps):
 # ---- Mode: the ablation --------------------------------------------------------------------------
 
 def mode_ablation(args, command):
-    """Runs the matrix and writes <name>.md, <name>.json and the PNGs. Returns (exit code, rows, out dir)."""
+    """Runs the matrix and writes <name>.md, <name>.json and the PNGs; the exit code."""
     deadline = time.monotonic() + 60 * args.budget_minutes if args.budget_minutes else None
     shapes, env0 = resolve_workloads(args), detect_env(args.device)
     out_dir, dumps = out_dir_of(args, env0), make_dumps(args, shapes)
     previous = load_previous(os.path.join(out_dir, f"{args.name}.json"), shapes, dumps, args) if args.resume else {}
     runs = run_matrix(shapes, dumps, args.config_list, args.repeats, args, previous=previous, deadline=deadline,
                       what="ablation")
-    if nothing_measured(runs, "run"):
-        return 1, {}, out_dir
-    env = env_of(runs, env0)
+    env = measured_env(runs, "run", env0)
+    if env is None:
+        return 1
     pending = sum(r["status"] == "pending" for r in runs)
     incomplete = ([f"- INCOMPLETE: {len(runs) - pending} of {len(runs)} runs done when --budget-minutes "
                    f"{args.budget_minutes:g} ran out; rerun the same command with --resume to finish"]
@@ -396,21 +381,22 @@ def mode_ablation(args, command):
     pngs = br.plot_ablation(out_dir, args.name, all_rows)
     br.write_outputs(out_dir, args.name, command, env, {
         "quick": args.quick, "repeats": args.repeats, "order": "interleaved", "device_arg": args.device,
-        "train_args": args.train_args_list, "complete": not pending, "train_sources": train_sources(),
-        "code_sources": code_sources(), "workloads": workloads_json(shapes, dumps),
+        "train_args": args.train_args_list, "complete": not pending, "train_sources": sources_digest(TRAIN_SOURCES),
+        "code_sources": sources_digest(MEASURED_SOURCES), "workloads": workloads_json(shapes, dumps),
         "configs": [{"name": n, "flags": FLAGS[n], "group": GROUPS[n]} for n in args.config_list],
         "rows": all_rows, "targets": br.TARGETS, "plots": [os.path.basename(p) for p in pngs],
         "runs": runs_for_json(runs)}, lines, pngs)
     br.print_summary(all_rows, args.quick, incomplete)
-    return (1 if any(r["status"] == "failed" for r in runs) else 0), all_rows, out_dir
+    return 1 if any(r["status"] == "failed" for r in runs) else 0
 
 
 # ---- Mode: --profile, the blog's four tables for the baseline and the best configuration ---------
 
 def best_configs(args, shapes, out_dir):
-    """{workload: (name, flags, why) or None}: --best-flags, else the lowest median of <out>/<name>.json."""
+    """{workload: {"config", "flags", "why"} or None}: --best-flags, else the lowest median of <out>/<name>.json."""
     if args.best_flags is not None:
-        return {w: ("best", shlex.split(args.best_flags), "given with --best-flags") for w in shapes}
+        return {w: {"config": "best", "flags": shlex.split(args.best_flags), "why": "given with --best-flags"}
+                for w in shapes}
     path = os.path.join(out_dir, f"{args.name}.json")
     try:
         with open(path) as f:
@@ -418,12 +404,9 @@ def best_configs(args, shapes, out_dir):
     except (OSError, ValueError):
         rows = {}
     best = {w: br.best_row(rows.get(w, [])) for w in shapes}
-    return {w: b and (b["config"], b["flags"], f"lowest median ms/step ({format_ms(b['median_ms'])}) in {rel(path)}")
+    return {w: b and {"config": b["config"], "flags": b["flags"],
+                      "why": f"lowest median ms/step ({format_ms(b['median_ms'])}) in {rel(path)}"}
             for w, b in best.items()}
-
-
-def best_json(best):
-    return {w: {"config": b[0], "flags": b[1], "why": b[2]} for w, b in best.items()}
 
 
 def mode_profile(args, command):
@@ -434,37 +417,36 @@ def mode_profile(args, command):
     if None in best.values():
         print(f"profile: no --best-flags and no {args.name}.json with every workload in {os.path.relpath(out_dir)}; "
               "running the ablation first", flush=True)
-        out_dir = mode_ablation(args, command)[2]
+        mode_ablation(args, command)
         best = best_configs(args, shapes, out_dir)
         if None in best.values():
             raise RunError("no configuration produced a timing in the ablation; nothing to profile")
     dumps, trace_root, runs = make_dumps(args, shapes), os.path.join(REPO, "runs", "bench-profile"), []
     for workload, shape in shapes.items():
-        name, flags, _ = best[workload]
+        name, flags = best[workload]["config"], best[workload]["flags"]
         flags_of = {"baseline": []} | ({name if name != "baseline" else "best": flags} if flags else {})
         with_profile = {c: f + ["--profile", "--profile-dir", os.path.join(trace_root, f"{workload}-{slug(c)}")]
                         for c, f in flags_of.items()}
         runs += [{**run, "flags": flags_of[run["config"]]} for run in run_matrix(
             {workload: shape}, {workload: dumps[workload]}, list(flags_of), 1, args, flags_of=with_profile,
             what="profiled runs")]
-    if nothing_measured(runs, "profiled run"):
+    env = measured_env(runs, "profiled run", env0)
+    if env is None:
         return 1
-    env = env_of(runs, env0)
     lines = br.header_lines("Profiles: baseline and best configuration", command, env, extra=[
         "- torch.profiler over a few steps of each run (profile_utils.TrainingProfiler: wait/warm-up/active "
         "schedule); the profiler slows the host, so its times are for attribution; quote step times from "
         f"`{args.name}.md`", f"- traces: `{rel(trace_root)}/<workload>-<config>/` (not committed)"])
     failed = False
     for workload in shapes:
-        name, flags, why = best[workload]
-        mine = {r["config"]: r for r in runs if r["workload"] == workload}
-        base_run = mine.get("baseline")
-        best_run = next((r for c, r in mine.items() if c != "baseline"), base_run)
+        name, flags, why = best[workload]["config"], best[workload]["flags"], best[workload]["why"]
+        mine = [r for r in runs if r["workload"] == workload]   # the baseline, then the best unless that is it
+        base_run, best_run = mine[0], mine[-1]
         lines += [f"## {workload} workload", "",
                   f"baseline: `(no flags)` | best: `{name}` (`{' '.join(flags) or '(no flags)'}`), {why}", ""]
-        if not base_run or not best_run or base_run["status"] != "ok" or best_run["status"] != "ok":
-            lines += ["no profile: " + "; ".join(f"{r['config']}: {r['error']}" for r in mine.values()
-                                                 if r["status"] != "ok"), ""]
+        if any(r["status"] != "ok" for r in mine):
+            lines += ["no profile: " + "; ".join(f"{r['config']}: {r['error']}" for r in mine if r["status"] != "ok"),
+                      ""]
             failed = True
             continue
         tables = [br.extra_of(r["record"]).get("profile_tables", "") for r in (base_run, best_run)]
@@ -472,7 +454,7 @@ def mode_profile(args, command):
         lines += [f"step time in these profiled runs (median, profiler on): {format_ms(base_run['summary']['step_ms'])}"
                   f" (baseline) → {format_ms(best_run['summary']['step_ms'])} (best)", "",
                   *br.profile_lines(tables[0], tables[1], name)]
-    br.write_outputs(out_dir, "profile", command, env, {"best": best_json(best), "runs": runs}, lines)
+    br.write_outputs(out_dir, "profile", command, env, {"best": best, "runs": runs}, lines)
     return 1 if failed else 0
 
 
@@ -556,13 +538,14 @@ def mode_scaling(args, command):
     best, dumps, runs = best_configs(args, shapes, out_dir), make_dumps(args, shapes), []
     labels = [br.gpu_label(g) for g in gpus]
     for workload, shape in shapes.items():
-        best[workload] = best[workload] or ("baseline", [], "no --best-flags and no ablation.json: baseline")
+        best[workload] = best[workload] or {"config": "baseline", "flags": [],
+                                            "why": "no --best-flags and no ablation.json: baseline"}
         runs += run_matrix({workload: shape}, {workload: dumps[workload]}, labels, args.repeats, args,
-                           flags_of={label: best[workload][1] for label in labels}, nproc_of=dict(zip(labels, gpus)),
+                           flags_of=dict.fromkeys(labels, best[workload]["flags"]), nproc_of=dict(zip(labels, gpus)),
                            what="scaling runs")
-    if nothing_measured(runs, "scaling run"):
+    env = measured_env(runs, "scaling run", env0)
+    if env is None:
         return 1
-    env = env_of(runs, env0)
     rows = {w: br.scaling_rows(runs, w, gpus, shape["batch_size"]) for w, shape in shapes.items()}
     lines = br.header_lines("Scaling: torchrun (DDP) over GPUs", command, env, extra=[
         "- `python -m torch.distributed.run --standalone --nproc_per_node=N train_optimized.py ...` with "
@@ -573,16 +556,16 @@ def mode_scaling(args, command):
     unit = "GPUs" if br.device_name(env) != "cpu" else "processes (gloo on CPU)"
     pngs = []
     for workload, wrows in rows.items():
-        name, flags, why = best[workload]
+        name, flags, why = best[workload]["config"], best[workload]["flags"], best[workload]["why"]
         lines += [f"## {workload} workload", "", workload_line(shapes[workload], dumps[workload])
                   + f"; flags `{' '.join(flags) or '(none)'}` ({name}: {why})", "", *br.scaling_table(wrows, unit), ""]
         plotted = [r for r in wrows if "step_ms" in r]
-        png = plotted and br.save_plot(br.plot_scaling, plotted, os.path.join(out_dir, f"scaling-{workload}.png"),
-                                       f"{workload}: DDP scaling ({br.device_name(env)})")
-        pngs += [png] if png else []
+        if plotted:
+            pngs.append(br.save_plot(br.plot_scaling, plotted, os.path.join(out_dir, f"scaling-{workload}.png"),
+                                     f"{workload}: DDP scaling ({br.device_name(env)})"))
     br.write_outputs(out_dir, "scaling", command, env, {
-        "gpus": gpus, "workloads": workloads_json(shapes, dumps), "flags": best_json(best),
-        "rows": rows, "runs": runs_for_json(runs)}, lines, pngs)
+        "gpus": gpus, "workloads": workloads_json(shapes, dumps), "flags": best,
+        "rows": rows, "runs": runs_for_json(runs)}, lines, [p for p in pngs if p])
     return 1 if any(r["status"] != "ok" for w in rows.values() for r in w) else 0
 
 
@@ -604,15 +587,17 @@ def quality_runs(args, workload, shape, dump, best_flags, progress, save):
         for name, flags in zip(curves, ([], best_flags)):
             r = quality_run(args, workload, shape, dump, flags, len(runs), seed, ["--steps", str(shape["steps"])])
             runs.append({"name": name, "seed": seed, "status": r["status"], "error": r["error"],
-                         "record": slim_record(r["record"]) if r["record"] else None})
+                         "record": r["record"] and slim_record(r["record"])})
             save(runs)   # every finished run is on disk at once: a run cut off later loses only itself
+            label = f"{workload} quality seed {seed} {name}"
             if r["status"] != "ok":
-                progress.line(f"{workload} quality seed {seed} {name}", f"{r['status']}: {r['error']}")
+                progress.line(label, f"{r['status']}: {r['error']}")
                 continue
             ex = br.extra_of(r["record"])
-            curves[name].append((list(range(1, len(ex.get("losses") or []) + 1)), ex.get("losses") or []))
-            progress.line(f"{workload} quality seed {seed} {name}", f"final loss {ex['final_loss']:.4f}, roc_auc "
-                          f"{ex['eval']['roc_auc']:.4f}", r["wall_seconds"])
+            losses = ex.get("losses") or []
+            curves[name].append((list(range(1, len(losses) + 1)), losses))
+            progress.line(label, f"final loss {ex['final_loss']:.4f}, roc_auc {ex['eval']['roc_auc']:.4f}",
+                          r["wall_seconds"])
     return runs, curves
 
 
@@ -646,10 +631,9 @@ def mode_quality(args, command):
     """Baseline (fp32, no flags) vs --best-flags (default --fast): loss curves over --repeats seeds, their eval
     scores, and a --time-budget run timed to the Random Forest's mean ROC AUC."""
     shapes, env0 = resolve_workloads(args), detect_env()
-    out_dir = out_dir_of(args, env0)
+    out_dir, dumps, results, curves = out_dir_of(args, env0), make_dumps(args, shapes), {}, {}
     best_flags = args.best_flags.split() if args.best_flags else ["--fast"]
     os.makedirs(os.path.join(REPO, "runs", "bench-quality"), exist_ok=True)
-    dumps, results, pngs, lines = make_dumps(args, shapes), {}, [], []
     progress = br.Progress(len(shapes) * (2 * args.repeats + bool(args.time_budget)),
                            f"quality (baseline and best over {args.repeats} seeds per workload"
                            + (", plus a time-to-quality run" if args.time_budget else "") + ")",
@@ -659,27 +643,29 @@ def mode_quality(args, command):
             write_json_atomic(os.path.join(out_dir, "quality.json"), {
                 "command": command, "date": br.now_iso(), "git_commit": br.git_commit(), "partial": True,
                 "workloads": {**results, workload: {"runs": runs, "time_to_quality": None}}})
-        runs, curves = quality_runs(args, workload, shape, dumps[workload], best_flags, progress, save)
+        runs, curves[workload] = quality_runs(args, workload, shape, dumps[workload], best_flags, progress, save)
         ttq = (time_to_quality(args, workload, shape, dumps[workload], best_flags, progress) if args.time_budget
                else None)
-        pngs.append(br.save_plot(br.plot_loss_curves, curves, os.path.join(out_dir, f"loss-curves-{workload}.png"),
-                                 f"{workload}: {shape['steps']} steps, {args.repeats} seeds "
-                                 f"({br.device_name(env_of(runs, env0))})"))
+        results[workload] = {"shape": shape, "dump": rel(dumps[workload]), "runs": runs, "time_to_quality": ttq}
+    all_runs = [x for w in results.values() for x in w["runs"]]
+    env = measured_env(all_runs, "quality run", env0)
+    if env is None:
+        return 1
+    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, env, extra=[
+        f"- seeds {list(range(args.repeats))}: the same seed gives both configurations the same initial weights "
+        "and batches; the band in the plot is the min-max over seeds (run-to-run noise of each configuration)"])
+    pngs = []
+    for workload, shape in shapes.items():
+        ttq = results[workload]["time_to_quality"]
+        pngs.append(br.save_plot(br.plot_loss_curves, curves[workload], os.path.join(
+            out_dir, f"loss-curves-{workload}.png"), f"{workload}: {shape['steps']} steps, {args.repeats} seeds "
+            f"({br.device_name(env)})"))
         if ttq and ttq["history"]:
             pngs.append(br.save_plot(br.plot_time_to_quality, ttq, os.path.join(
                 out_dir, f"time-to-quality-{workload}.png"), f"{workload}, {ttq['suite']} suite: ROC AUC against "
                 "training seconds"))
         lines += [f"## {workload} workload", "", workload_line(shape, dumps[workload]) + f"; {shape['steps']} steps",
-                  "", *br.quality_lines(runs, ttq)]
-        results[workload] = {"shape": shape, "dump": rel(dumps[workload]), "runs": runs, "time_to_quality": ttq}
-    all_runs = [x for w in results.values() for x in w["runs"]]
-    if nothing_measured(all_runs, "quality run"):
-        return 1
-    env = env_of(all_runs, env0)
-    lines = br.header_lines("Quality: the fast path learns what the baseline learns", command, env, extra=[
-        f"- seeds {list(range(args.repeats))}: the same seed gives both configurations the same initial weights "
-        "and batches; the band in the plot is the min-max over seeds (run-to-run noise of each configuration)"]) \
-        + lines
+                  "", *br.quality_lines(results[workload]["runs"], ttq)]
     br.write_outputs(out_dir, "quality", command, env, {"workloads": results}, lines, [p for p in pngs if p])
     failed = any(x["status"] != "ok" for x in all_runs) or any(
         args.time_budget and not w["time_to_quality"] for w in results.values())
@@ -755,7 +741,7 @@ def main(argv=None):
                            ("quality", mode_quality), ("profile", mode_profile)):
             if getattr(args, flag):
                 return mode(args, command)
-        return mode_ablation(args, command)[0]
+        return mode_ablation(args, command)
     except UsageError as e:
         return fail(e)
     except RunError as e:

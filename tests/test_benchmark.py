@@ -307,7 +307,8 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
             {**ok, "workload": "upstream"},                                        # not a workload now
             {**ok, "config": "compile", "flags": ["--compile"], "status": "unsupported", "record": None}]
     data = {"quick": True, "device_arg": "auto", "train_args": [], "runs": runs,
-            "train_sources": benchmark.train_sources(), "code_sources": benchmark.code_sources(),
+            "train_sources": benchmark.sources_digest(benchmark.TRAIN_SOURCES),
+            "code_sources": benchmark.sources_digest(benchmark.MEASURED_SOURCES),
             "workloads": {"blog": {**shapes["blog"], "dump": "data/bench/x.h5"}}}
     path = tmp_path / "ablation.json"
     path.write_text(json.dumps(data))
