@@ -218,7 +218,8 @@ def run_attention(shapes, device, repeats):
     for workload, shape in shapes.items():
         R, N = shape["rows"], shape["batch_size"] * (shape["features"] + 1)
         qkv = torch.randn(N, R, 3, H, D, device=device, dtype=dtype, requires_grad=True)
-        grad = torch.randn(N, H, R, D, device=device, dtype=dtype)
+        # The gradient in the layout the out-projection's backward hands the kernel: (N, R, H, D) memory.
+        grad = torch.randn(N, R, H, D, device=device, dtype=dtype).transpose(1, 2)   # (N, H, R, D) view
         rows = []
         for quantile, kernel in ((q, k) for w, q, k in plan if w == workload):
             split, t0 = max(1, min(R, int(R * quantile))), time.perf_counter()

@@ -29,7 +29,7 @@ GPU_CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3,
              (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 3, 300, 129, 40, "padded"),
              (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "test-rows"),
              (2, 4, 999, 998, 24, "test-rows")]
-# Small tiles (many blocks, tails on every side), the split dQ launch and the atomic dQ path.
+# Small tiles (many blocks, tails on every side) with other dQ warps and stages, and the atomic dQ path.
 SMALL = dict(fwd_block_m=16, fwd_block_n=16, kv_block_m=16, kv_block_n=16, q_block_m=16, q_block_n=16)
 CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2),
                ta.KernelConfig(**SMALL, atomic_dq=True)]
