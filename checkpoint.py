@@ -86,15 +86,14 @@ def set_rng_state(state: dict):
 
 def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list, train_seconds: float,
                     meta: dict):
-    """Writes everything resume needs ("train_state") and the inference weights ("model") atomically."""
+    """Writes `meta` (model_config, data, optimizer, global_batch, hparams), the inference weights ("model") and
+    everything resume needs ("train_state"), atomically."""
     weights = unwrap(model).state_dict()
     # One host sync per save: a checkpoint must never hold NaN/inf, the last good one stays instead.
     finite = torch.stack([t.isfinite().all() for t in weights.values() if t.is_floating_point()]).all()
     if not bool(finite):
         raise CheckpointError(f"parameters are not finite at step {step}; {path} keeps the last good checkpoint")
-    state = {"format": CHECKPOINT_FORMAT, "model_config": meta["model_config"],
-             "model": inference_state_dict(model, optimizer), "data": meta["data"], "optimizer": meta["optimizer"],
-             "global_batch": meta["global_batch"], "hparams": meta["hparams"], "step": step,
+    state = {"format": CHECKPOINT_FORMAT, **meta, "model": inference_state_dict(model, optimizer), "step": step,
              "train_state": {"model": weights, "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
                              "rng": rng_state(), "losses": list(losses), "train_seconds": train_seconds}}
     buffer = io.BytesIO()

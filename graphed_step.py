@@ -15,7 +15,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False):
     """"schedulefree" (upstream; fused: the graph-safe form below) or "adamw" (torch's)."""
     if name == "schedulefree" and fused:
-        return FusedScheduleFreeAdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        return FusedScheduleFreeAdamW(model.parameters(), lr=lr)
     if name == "schedulefree":
         import schedulefree  # lazily: only the schedule-free path needs it
         return schedulefree.AdamWScheduleFree(model.parameters(), lr=lr, weight_decay=0.0)
@@ -41,17 +41,13 @@ def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
 
 
 class FusedScheduleFreeAdamW(torch.optim.Optimizer):
-    """Schedule-free AdamW with every per-step scalar in a device tensor, so a CUDA graph can replay it.
+    """schedulefree.AdamWScheduleFree at its defaults (no warm-up, no weight decay, r=0, weight_lr_power=2, so
+    ckp1 = 1/(k+1)) in foreach kernels, every per-step scalar a device tensor that a CUDA graph can replay."""
 
-    The math of schedulefree.AdamWScheduleFree at its defaults (no warm-up, r=0, weight_lr_power=2, so
-    ckp1 = 1/(k+1)), whose Python-float scalars a graph would freeze; a few foreach kernels.
-    """
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
         # capturable=True: Optimizer.load_state_dict then keeps each 'step' tensor on its parameter's
         # device (otherwise a resumed step counter lands on the CPU, outside any CUDA graph).
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, train_mode=True,
-                                      capturable=True))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, train_mode=True, capturable=True))
         for group in self.param_groups:  # state allocated up front: graph capture needs it to exist
             for p in group["params"]:
                 self.state[p].update(z=p.detach().clone(), exp_avg_sq=torch.zeros_like(p),
@@ -62,33 +58,27 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             if not group["train_mode"]:
                 raise RuntimeError("optimizer.step() in eval mode: call optimizer.train() first")
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
+            ys = [p for p in group["params"] if p.grad is not None]
+            if not ys:
                 continue
             lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-            states = [self.state[p] for p in params]
-            ys, grads = params, [p.grad for p in params]
-            zs, sqs = [s["z"] for s in states], [s["exp_avg_sq"] for s in states]
+            states = [self.state[p] for p in ys]
+            grads, zs, sqs = [p.grad for p in ys], [s["z"] for s in states], [s["exp_avg_sq"] for s in states]
             torch._foreach_add_([s["step"] for s in states], 1.0)
             k = states[0]["step"]                                   # (), k+1 in the package's notation
             ckp1 = 1.0 / k                                          # weight / weight_sum
-            bias_correction2 = 1.0 - torch.pow(beta2, k)
             torch._foreach_mul_(sqs, beta2)
             torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)
-            denom = torch._foreach_mul(sqs, 1.0 / bias_correction2)
+            denom = torch._foreach_mul(sqs, 1.0 / (1.0 - torch.pow(beta2, k)))   # bias-corrected second moment
             torch._foreach_sqrt_(denom)
             torch._foreach_add_(denom, eps)
             normed = torch._foreach_div(grads, denom)
-            if group["weight_decay"]:
-                torch._foreach_add_(normed, ys, alpha=group["weight_decay"])
             # y <- y + ckp1 * (z - y) + lr * (beta1 * (1 - ckp1) - 1) * g   (the package's lerp + add)
             towards_z = torch._foreach_sub(zs, ys)
             torch._foreach_mul_(towards_z, ckp1)
             torch._foreach_add_(ys, towards_z)
-            step_y = torch._foreach_mul(normed, lr * (beta1 * (1.0 - ckp1) - 1.0))
-            torch._foreach_add_(ys, step_y)
+            torch._foreach_add_(ys, torch._foreach_mul(normed, lr * (beta1 * (1.0 - ckp1) - 1.0)))
             torch._foreach_add_(zs, normed, alpha=-lr)            # z <- z - lr * g
-        return None
 
     @torch.no_grad()
     def _swap(self, to_train: bool):
@@ -108,12 +98,9 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
 
 
 class GraphedTrainStep:
-    """The whole step (padded forward, masked loss, backward, clipping, optimizer) as one CUDA graph.
-
-    Batches go into zero-padded static buffers (B, R_max, F_max); split and sizes are device tensors, so new
-    values are new buffer content, not a new graph. Eager warm-up on a side stream, one capture, then replays;
-    without CUDA the same padded step runs eagerly, so CPU tests cover its arithmetic.
-    """
+    """The whole step (padded forward, masked loss, backward, clipping, optimizer) as one CUDA graph over
+    zero-padded static buffers (B, R_max, F_max); split and sizes are device tensors, so a new batch is new buffer
+    content, not a new graph. Without CUDA the same padded step runs eagerly (CPU tests cover its arithmetic)."""
 
     WARMUP_STEPS = 3
 
@@ -140,7 +127,7 @@ class GraphedTrainStep:
 
     def load(self, batch):
         """Copies a batch into the static buffers (device-to-device), zero padding where it is smaller."""
-        b, r, f = batch.x.shape
+        _, r, f = batch.x.shape
         rows_max, features_max = self.x.shape[1:]
         # Zeros only where the batch leaves padding: a full-size batch overwrites the buffers anyway.
         if r < rows_max or f < features_max:

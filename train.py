@@ -32,32 +32,74 @@ EVAL_SUITES = ("toy", "real", "real-all")
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
 
 
+def _checked(kind, name: str, valid):
+    """An argparse type: `kind(text)` where valid(value) holds; `name` is what argparse's error calls it."""
+    def parse(text: str):
+        value = kind(text)
+        if not valid(value):
+            raise ValueError(text)
+        return value
+    parse.__name__ = name
+    return parse
+
+
+def eval_interval(text: str):
+    """--eval-every: "N" -> (N steps, 0), "Ns" -> (0, N seconds of training)."""
+    text = str(text).strip()
+    value = float(text[:-1]) if text.endswith("s") else int(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return (0, float(value)) if text.endswith("s") else (int(value), 0.0)
+
+
+positive_float = _checked(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
+nonnegative_float = _checked(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
+share_flag = _checked(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
+positive_int = _checked(int, "an integer >= 1", lambda v: v >= 1)
+nonnegative_int = _checked(int, "an integer >= 0", lambda v: v >= 0)
+eval_every_flag = _checked(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)  # raises if bad
+
+
+def _flag(default, help: str, **argparse):
+    """A TrainConfig field that is also the flag --field-name of train.py: default, help and type in one place."""
+    return field(default=default, metadata={"help": help, **argparse})
+
+
 @dataclass
 class TrainConfig:
-    """Every field is a flag of the same name; every default is the baseline."""
-    data: str | None = None          # nanoTabPFN HDF5 dump (None: a small default prior under data/)
-    steps: int | None = None         # None: UPSTREAM_STEPS on a GPU, a CPU_DEFAULT_BUDGET run on a CPU
-    batch_size: int = 32
-    lr: float = 4e-3
-    seed: int = 0
-    device: str = "auto"
-    optimizer: str = "schedulefree"  # "schedulefree" (upstream) or "adamw" (torch.optim.AdamW)
+    """Every default is the baseline. The _flag fields are train.py's flags; the step flags are train_optimized.py's."""
+    data: str | None = _flag(None, "nanoTabPFN HDF5 dump (default: a small one made under data/)")
+    steps: int | None = _flag(None, f"training steps (default: {UPSTREAM_STEPS} on a GPU, {CPU_DEFAULT_BUDGET:.0f} s "
+                                    "on a CPU)", type=positive_int)
+    batch_size: int = _flag(32, "datasets per step (per rank)", type=positive_int)
+    lr: float = _flag(4e-3, "learning rate (finite, > 0)", type=positive_float)
+    seed: int = _flag(0, "seed for weights and torch RNG", type=int)
+    device: str = _flag("auto", "auto, cpu, cuda or cuda:N")
+    optimizer: str = _flag("schedulefree", "schedule-free AdamW (upstream) or torch AdamW",
+                           choices=["schedulefree", "adamw"])
     grad_clip: float = 1.0
-    missing_cells: float = 0.0       # half the prior's tables lose up to this share of cells, mean-filled (0: off)
-    categorical_columns: float = 0.0  # this share of the prior's columns become shuffled category codes (0: off)
-    time_budget: float = 0.0         # seconds of training (eval, saves and compiling not counted); 0: --steps
-    eval_every: str = "0"            # "N": every N steps, "Ns": every N seconds of training ("0": only at the end)
-    eval_suite: str = "toy"          # one of EVAL_SUITES
-    log_every: int = 25
-    timing_warmup: int = 5           # first steps excluded from the timing statistics
-    no_eval: bool = False
-    profile: bool = False
-    profile_dir: str = "runs/profile"
-    record: str | None = None        # JSON run record
-    tensorboard: str | None = None   # TensorBoard log dir (loss, step time, data wait, evals, profiler trace)
-    ckpt: str | None = None
-    save_every: int = 0
-    resume: bool = False
+    missing_cells: float = _flag(0.0, "half the prior's tables lose up to this share of cells, filled with the "
+                                      "train mean (0: off)", type=share_flag)
+    categorical_columns: float = _flag(0.0, "this share of the prior's columns become category codes in a random "
+                                            "order (0: off)", type=share_flag)
+    time_budget: float = _flag(0.0, "seconds of training instead of --steps (compiling, evals, saves not counted)",
+                               type=nonnegative_float)
+    eval_every: str = _flag("0", "evaluate every N steps or Ns seconds of training, clock paused (0: only at the "
+                                 "end)", type=eval_every_flag)
+    eval_suite: str = _flag("toy", "toy: four sklearn tasks (a smoke check); real: 1 split of each real-data task; "
+                                   "real-all: all of its splits", choices=EVAL_SUITES)
+    log_every: int = _flag(25, "one log line every N steps", type=positive_int)
+    timing_warmup: int = _flag(5, "first N steps excluded from the timing statistics", type=nonnegative_int)
+    no_eval: bool = _flag(False, "skip the final evaluation", action="store_true")
+    profile: bool = _flag(False, "torch.profiler over a few steps: four tables and a trace", action="store_true")
+    profile_dir: str = _flag("runs/profile", "where the profiler trace goes")
+    record: str | None = _flag(None, "write the run record (JSON) to this path")
+    tensorboard: str | None = _flag(None, "TensorBoard event files in DIR, with the profiler trace under --profile",
+                                    metavar="DIR")
+    ckpt: str | None = _flag(None, "checkpoint file (written atomically)")
+    save_every: int = _flag(0, "checkpoint every N steps (and always at the end and on SIGINT/SIGTERM)",
+                            type=nonnegative_int)
+    resume: bool = _flag(False, "continue the run stored in --ckpt exactly", action="store_true")
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
     compile: bool = False
@@ -68,20 +110,18 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    model: torch.nn.Module
     losses: list                     # loss of every step, in order
     timing: dict                     # StepTimer.summary()
-    eval_history: list = field(default_factory=list)   # [{"step", "train_seconds", "scores"}]
-    steps_done: int = 0
-    train_seconds: float = 0.0
-    compile_seconds: float = 0.0
-    diagnosis: str = ""
-    profile_tables: str = ""
-    peak_memory_bytes: int = 0
-    stopped_by: object = None        # signal name when SIGINT/SIGTERM ended the run
-    stalled_at: int | None = None    # the step at which the loss was found stuck at ln(num_outputs)
-    batch_fingerprints: list = field(default_factory=list)
-    step_times_ms: list = field(default_factory=list)
+    eval_history: list               # [{"step", "train_seconds", "scores"}]
+    steps_done: int
+    train_seconds: float
+    compile_seconds: float
+    profile_tables: str
+    peak_memory_bytes: int
+    stopped_by: str | None           # signal name when SIGINT/SIGTERM ended the run
+    stalled_at: int | None           # the step at which the loss was found stuck at ln(num_outputs)
+    batch_fingerprints: list         # sum of x of the first 4 batches: equal on every data path
+    step_times_ms: list
 
 
 class NonFiniteLoss(RuntimeError):
@@ -156,14 +196,6 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
 PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
 
 
-def transform_prior(batch, config: TrainConfig, step: int, rank: int):
-    """The batch transforms of PRIOR_TRANSFORMS that the run's flags ask for."""
-    for name, transform in PRIOR_TRANSFORMS:
-        if getattr(config, name):
-            batch = transform(batch, getattr(config, name), config.seed, step, rank)
-    return batch
-
-
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
     """Forward, backward, clip, optimizer step: upstream's step, each phase timed."""
     with timer.phase("forward"):
@@ -186,8 +218,7 @@ class LossLog:
 
     def add(self, loss: torch.Tensor):
         if self.sync_every_step:
-            self.values.append(loss.item())
-            self._check(len(self.values) - 1)
+            self._extend([loss.item()])
         else:
             self.pending.append(loss.detach())
 
@@ -198,15 +229,14 @@ class LossLog:
             if self.world_size > 1:
                 dist.all_reduce(values)
                 values /= self.world_size
-            first = len(self.values)
-            self.values.extend(values.cpu().tolist())
             self.pending.clear()
-            self._check(first)
+            self._extend(values.cpu().tolist())
 
-    def _check(self, first: int):
-        bad = next((i for i in range(first, len(self.values)) if not math.isfinite(self.values[i])), None)
-        if bad is not None:
-            raise NonFiniteLoss(f"loss is {self.values[bad]} at step {bad + 1}")
+    def _extend(self, values: list):
+        for value in values:
+            self.values.append(value)
+            if not math.isfinite(value):
+                raise NonFiniteLoss(f"loss is {value} at step {len(self.values)}")
 
 
 class Clock:
@@ -243,7 +273,8 @@ def _compiled_graphs() -> int:
 
 @dataclass
 class _Run:
-    """What the interval points of a run read and write: the log, evals, checkpoints and stop requests."""
+    """What the interval points of a run read and write: the log, evals, checkpoints and stop requests.
+    Only rank 0 prints (prepare() silences the others) and only rank 0 has an eval_fn."""
     config: TrainConfig
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -251,7 +282,6 @@ class _Run:
     losses: LossLog
     clock: Clock
     timer: StepTimer
-    total: int
     eval_fn: object
     scalars: object
     checkpoint_meta: dict | None
@@ -259,15 +289,12 @@ class _Run:
     rank: int
     world_size: int
     history: list = field(default_factory=list)
-    stop: StopRequest = None
-    stalled_at: int | None = None    # the log step at which the loss was found stuck at ln(num_outputs)
+    stalled_at: int | None = None
 
     def __post_init__(self):
+        self.total = self.config.steps or UPSTREAM_STEPS
         self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
-
-    def log(self, line: str):
-        if self.rank == 0:
-            print(line)
+        self.stop = StopRequest(enabled=bool(self.config.ckpt))
 
     def scalar(self, tag, value, step):
         if self.scalars and value is not None and math.isfinite(value):
@@ -277,17 +304,17 @@ class _Run:
         if self.config.ckpt and self.rank == 0:
             save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step, self.losses.values,
                             self.clock.train_seconds, self.checkpoint_meta)
-            self.log(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
+            print(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
 
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
-        c, eval_steps, eval_seconds = self.config, self.eval_steps, self.eval_seconds
+        c = self.config
         at_log = step % c.log_every == 0 or step == self.total
         # Eval and save points depend on the config only, so they are the same step on every rank; an eval
-        # every N seconds happens at the first log point past each N seconds (rank 0 alone evaluates).
-        at_eval = eval_steps > 0 and step % eval_steps == 0
-        if eval_seconds > 0 and at_log:
-            at_eval = self.clock.elapsed() >= eval_seconds * (len(self.history) + 1)
+        # every N seconds happens at the first log point past each N seconds.
+        at_eval = self.eval_steps > 0 and step % self.eval_steps == 0
+        if self.eval_seconds > 0 and at_log:
+            at_eval = self.clock.elapsed() >= self.eval_seconds * (len(self.history) + 1)
         at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
         due = at_log or at_eval or at_save
         stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
@@ -302,33 +329,43 @@ class _Run:
         self.losses.flush()                 # raises NonFiniteLoss before anything is saved
         self.clock.pause(self.device)
         if at_log and self.losses.values:
-            recent = self.timer.recent(c.log_every)
-            self.log(_log_line(step, self.total, self.losses.values[-1], recent, self.clock.train_seconds,
-                               c.time_budget))
-            for tag, value in (("train/loss", self.losses.values[-1]), ("time/step_ms", recent["step_ms"]),
-                               ("time/data_ms", recent["data_ms"])):
-                self.scalar(tag, value, step)
-            outputs = unwrap(self.model).config.num_outputs
-            if self.stalled_at is None and loss_at_chance(self.losses.values, outputs):
-                self.stalled_at = step
-                self.log(f"warning: the loss has averaged ln {outputs} = {math.log(outputs):.3f} (uniform predictions) "
-                         f"over the last {STALLED_STEPS} steps: the model has stopped learning. A lower --lr avoided this "
-                         f"where measured (--lr 2e-3 on the blog's tables, 1e-3 for a wider model; README)")
-        if at_eval and self.eval_fn is not None and self.rank == 0:
+            self._log(step)
+        if at_eval and self.eval_fn is not None:
             from evaluation import format_scores
             scores = self.eval_fn(self.model, self.optimizer)
             self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
-            self.log(f"eval   {step:6d} " + format_scores("", scores).strip())
+            print(f"eval   {step:6d} " + format_scores("", scores).strip())
             self.scalar("eval/roc_auc", scores["roc_auc"], step)
         if at_save:
             self.save(step, f"every {c.save_every} steps")
         if stop_now:
             self.save(step, f"{self.stop.requested or 'stop'} received")
-            self.log(f"stopping at step {step} on {self.stop.requested or 'a stop request on another rank'}")
+            print(f"stopping at step {step} on {self.stop.requested or 'a stop request on another rank'}")
         elif budget_hit:
-            self.log(f"time budget of {c.time_budget:.0f} s reached at step {step}")
+            print(f"time budget of {c.time_budget:.0f} s reached at step {step}")
         self.clock.resume()
         return stop_now or budget_hit
+
+    def _log(self, step):
+        """The log line (`step | loss | step ms | data ms | progress | ETA`), its scalars, and the stall warning."""
+        loss, recent = self.losses.values[-1], self.timer.recent(self.config.log_every)
+        seconds, budget = self.clock.train_seconds, self.config.time_budget
+        ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
+        if budget > 0:
+            where, left = f"{seconds:.0f}/{budget:.0f} s", budget - seconds
+        else:
+            where, left = f"{step}/{self.total}", (self.total - step) * seconds / max(step, 1)
+        print(f"step {step:6d} | loss {loss:.4f} | step {ms(recent['step_ms'])} ms"
+              f" | data {ms(recent['data_ms'])} ms | {where} | ETA {format_duration(max(left, 0))}")
+        for tag, value in (("train/loss", loss), ("time/step_ms", recent["step_ms"]),
+                           ("time/data_ms", recent["data_ms"])):
+            self.scalar(tag, value, step)
+        outputs = unwrap(self.model).config.num_outputs
+        if self.stalled_at is None and loss_at_chance(self.losses.values, outputs):
+            self.stalled_at = step
+            print(f"warning: the loss has averaged ln {outputs} = {math.log(outputs):.3f} (uniform predictions) "
+                  f"over the last {STALLED_STEPS} steps: the model has stopped learning. A lower --lr avoided this "
+                  f"where measured (--lr 2e-3 on the blog's tables, 1e-3 for a wider model; README)")
 
 
 def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, checkpoint_meta=None,
@@ -352,13 +389,21 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         optimizer.train()   # schedule-free keeps two weight sequences: the model holds the training one
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    step, losses, clock = 0, LossLog(not config.async_loss, world_size), Clock(config.time_budget)
+    step, past_losses, past_seconds = 0, [], 0.0
     if resume_state is not None:
-        step, losses, clock = _resume(model, optimizer, resume_state, config, world_size)
-    run = _Run(config, model, optimizer, loader, losses, clock, timer, config.steps or UPSTREAM_STEPS, eval_fn,
-               scalars, checkpoint_meta, device, rank, world_size, stop=StopRequest(enabled=bool(config.ckpt)))
-    if resume_state is not None:
-        run.log(f"resumed from {config.ckpt} at step {step}")
+        saved = resume_state["train_state"]
+        try:
+            unwrap(model).load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {config.ckpt}: its tensors do not match its model_config or "
+                                  f"optimizer ({str(e).splitlines()[0][:120]})") from None
+        set_rng_state(saved["rng"])
+        step, past_losses, past_seconds = resume_state["step"], saved["losses"], saved["train_seconds"]
+        print(f"resumed from {config.ckpt} at step {step}")
+    losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
+    run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
+               rank, world_size)
     fingerprints, batches = [], iter(loader)
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
@@ -368,7 +413,9 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    batch = transform_prior(batch, config, step, rank)
+                    for name, transform in PRIOR_TRANSFORMS:
+                        if getattr(config, name):
+                            batch = transform(batch, getattr(config, name), config.seed, step, rank)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
@@ -385,63 +432,31 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 if config.compile and _compiled_graphs() != graphs_before:
                     seconds = time.perf_counter() - started
                     clock.exclude(seconds)
-                    run.log(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
-                            f"{clock.compile_seconds:.1f} s in all)")
+                    print(f"compile: step {step} compiled for {seconds:.1f} s (not counted as training time; "
+                          f"{clock.compile_seconds:.1f} s in all)")
                 if run.at_interval(step):
                     break
         if config.ckpt and run.stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
             run.save(step, "end of run")
     except KeyboardInterrupt:
-        run.log(f"interrupted at step {step}; evaluating what was trained")
+        print(f"interrupted at step {step}; evaluating what was trained")
     finally:
         if hasattr(loader, "close"):
             loader.close()
     losses.flush()
     clock.pause(device)
-    summary = timer.summary()
-    result = TrainResult(model=model, losses=losses.values, timing=summary, eval_history=run.history,
-                         steps_done=step, train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
-                         diagnosis=diagnose(summary), stopped_by=run.stop.requested, stalled_at=run.stalled_at,
-                         batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms(),
-                         profile_tables=profiler.tables_markdown() if profiler else "",
-                         peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0)
+    result = TrainResult(
+        losses=losses.values, timing=timer.summary(), eval_history=run.history, steps_done=step,
+        train_seconds=clock.train_seconds, compile_seconds=clock.compile_seconds,
+        profile_tables=profiler.tables_markdown() if profiler else "",
+        peak_memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0,
+        stopped_by=run.stop.requested, stalled_at=run.stalled_at,
+        batch_fingerprints=[float(f) for f in fingerprints], step_times_ms=timer.step_times_ms())
     # Training is over: leave the inference weights (schedule-free's x) in the model.
     unwrap(model).load_state_dict(inference_state_dict(model, optimizer))
     unwrap(model).eval()
     return result
-
-
-def _resume(model, optimizer, resume_state, config, world_size):
-    train_state = resume_state["train_state"]
-    try:
-        unwrap(model).load_state_dict(train_state["model"])
-        optimizer.load_state_dict(train_state["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as e:
-        raise CheckpointError(f"checkpoint {config.ckpt}: its tensors do not match its model_config or optimizer "
-                              f"({str(e).splitlines()[0][:120]})") from None
-    set_rng_state(train_state["rng"])
-    losses = LossLog(not config.async_loss, world_size, train_state["losses"])
-    return resume_state["step"], losses, Clock(config.time_budget, train_state["train_seconds"])
-
-
-def _log_line(step, total, loss, recent, seconds, budget) -> str:
-    ms = lambda v: "-" if v is None or math.isnan(v) else f"{v:.1f}"  # nan: still warming up
-    if budget > 0:
-        where, left = f"{seconds:.0f}/{budget:.0f} s", budget - seconds
-    else:
-        where, left = f"{step}/{total}", (total - step) * seconds / max(step, 1)
-    return (f"step {step:6d} | loss {loss:.4f} | step {ms(recent['step_ms'])} ms"
-            f" | data {ms(recent['data_ms'])} ms | {where} | ETA {format_duration(max(left, 0))}")
-
-
-def eval_interval(text: str):
-    """--eval-every: "N" -> (N steps, 0), "Ns" -> (0, N seconds of training)."""
-    text = str(text).strip()
-    value = float(text[:-1]) if text.endswith("s") else int(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(text)
-    return (0, float(value)) if text.endswith("s") else (int(value), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,7 +563,13 @@ def execute(session: Session) -> int:
         model = torch.compile(model)
     suite = None if (c.no_eval or session.rank != 0) else eval_suite(c.eval_suite)
     eval_fn = (lambda m, opt: suite(eval_classifier(m, inference_state_dict(m, opt), device))) if suite else None
-    scalars = _tensorboard(c.tensorboard) if session.rank == 0 and c.tensorboard else None
+    scalars = None
+    if session.rank == 0 and c.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter   # lazily: an optional dependency
+        except ImportError:
+            return fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
+        scalars = SummaryWriter(c.tensorboard)
     try:
         result = train(model, session.loader, c, shape=(int(session.info.num_datapoints.max()),
                                                         int(session.info.num_features.max())),
@@ -563,7 +584,7 @@ def execute(session: Session) -> int:
             scalars.close()
     scores = reference = None
     if suite:
-        scores = suite(eval_classifier(model, unwrap(model).state_dict(), device))
+        scores = suite(eval_classifier(model, session.model.state_dict(), device))
         reference = suite.reference()
     _report(session, result, scores, reference)
     if session.world_size > 1:
@@ -598,20 +619,12 @@ def eval_classifier(model, state_dict: dict, device):
     return NanoTabPFNClassifier(eval_model, device)
 
 
-def _tensorboard(log_dir):
-    try:
-        from torch.utils.tensorboard import SummaryWriter   # lazily: an optional dependency
-    except ImportError:
-        raise UsageError("--tensorboard needs the tensorboard package (pip install tensorboard)") from None
-    return SummaryWriter(log_dir)
-
-
 def _report(session, result, scores, reference):
     """The final lines on stdout (rank 0 prints) and the JSON run record (rank 0 writes)."""
     from evaluation import format_scores
-    c, info, timing = session.config, session.info, result.timing
+    c, info, timing, diagnosis = session.config, session.info, result.timing, diagnose(result.timing)
     own = {"rank": session.rank, "step_ms_median": timing["step"]["median"],
-           "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(unwrap(result.model)),
+           "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(session.model),
            "data_share": timing["data_share"], "peak_memory_bytes": result.peak_memory_bytes}
     per_rank = [own]
     if session.world_size > 1:
@@ -626,30 +639,28 @@ def _report(session, result, scores, reference):
     else:
         speed = (f"{step['median']:.2f} ms/step (p10 {step['p10']:.2f}, p90 {step['p90']:.2f}) | "
                  f"data wait {data['median']:.2f} ms/step ({100 * timing['data_share']:.1f}%)")
-    final_loss = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
+    final_loss = result.losses[-1] if result.losses else None
     compiled = f" (+{result.compile_seconds:.1f} s compiling)" if result.compile_seconds else ""
     print(f"done: {result.steps_done} steps in {result.train_seconds:.1f} s{compiled} | {speed} | "
-          f"peak GPU memory {peak} | final loss {final_loss}")
-    print(f"diagnosis: {result.diagnosis}")
+          f"peak GPU memory {peak} | final loss {'n/a' if final_loss is None else f'{final_loss:.4f}'}")
+    print(f"diagnosis: {diagnosis}")
     if scores is not None:
         print(format_scores("nanoTabPFN", scores))
-        print(format_scores(reference[0], reference[1]))
+        print(format_scores(*reference))
     if not c.record or session.rank != 0:
         return
-    step_ms = step["median"] or 0
-    global_batch = c.batch_size * session.world_size
+    global_batch, step_ms = c.batch_size * session.world_size, step["median"] or 0
     record = make_run_record(
         config={"train": asdict(c), "model": asdict(session.model_config), "loader": asdict(session.loader_config),
                 "data": info.path, "num_datasets": info.num_datasets, "rows": info.rows, "features": info.features},
         flags=asdict(c), timer_summary=timing,
         extra={"environment": environment_record(session.device), "loader": session.loader.describe(),
-               "data_path": session.loader.describe()["path"], "losses": result.losses,
-               "final_loss": result.losses[-1] if result.losses else None, "eval": scores,
-               "reference": {"name": reference[0], "scores": reference[1]} if reference else None,
+               "data_path": session.loader.describe()["path"], "losses": result.losses, "final_loss": final_loss,
+               "eval": scores, "reference": {"name": reference[0], "scores": reference[1]} if reference else None,
                "random_forest": reference[1] if reference and reference[0] == "random forest" else None,
                "eval_suite": c.eval_suite, "eval_history": result.eval_history, "steps_done": result.steps_done,
                "train_seconds": result.train_seconds, "compile_seconds": result.compile_seconds,
-               "peak_memory_bytes": result.peak_memory_bytes, "diagnosis": result.diagnosis,
+               "peak_memory_bytes": result.peak_memory_bytes, "diagnosis": diagnosis,
                "profile_tables": result.profile_tables, "world_size": session.world_size, "per_rank": per_rank,
                "step_times_ms": result.step_times_ms, "global_batch": global_batch,
                "datasets_per_second": (global_batch * 1000.0 / step_ms) if step_ms else None,
@@ -669,83 +680,17 @@ def parameter_digest(model: torch.nn.Module) -> str:
 # ---------------------------------------------------------------------------------------------
 # Command line: the baseline's flags (train_optimized.py adds its own to the same parser).
 
-def _number(kind, low: float, strict: bool, name: str):
-    """An argparse type: a finite `kind` >= low (> low when strict); `name` is what argparse's error calls it."""
-    def parse(text: str):
-        value = kind(text)
-        if not low <= value < math.inf or (strict and value == low):   # NaN fails the comparison too
-            raise ValueError(text)
-        return value
-    parse.__name__ = name
-    return parse
-
-
-positive_float = _number(float, 0, True, "a finite number > 0")
-nonnegative_float = _number(float, 0, False, "a finite number >= 0")
-positive_int = _number(int, 1, False, "an integer >= 1")
-nonnegative_int = _number(int, 0, False, "an integer >= 0")
-
-
-def share_flag(text: str) -> float:
-    value = nonnegative_float(text)
-    if value >= 1:
-        raise ValueError(text)
-    return value
-
-
-share_flag.__name__ = "a share in [0, 1)"
-
-
-def eval_every_flag(text: str) -> str:
-    eval_interval(text)
-    return text
-
-
-eval_every_flag.__name__ = "N steps or Ns seconds"
-
-
 def build_parser(description=None) -> ArgumentParser:
-    d = TrainConfig()
     p = ArgumentParser(description=description or __doc__.split("\n")[0])
-    p.add_argument("--data", default=d.data, help="nanoTabPFN HDF5 dump (default: a small one made under data/)")
-    p.add_argument("--steps", type=positive_int, default=d.steps,
-                   help=f"training steps (default: {UPSTREAM_STEPS} on a GPU, {CPU_DEFAULT_BUDGET:.0f} s on a CPU)")
-    p.add_argument("--batch-size", type=positive_int, default=d.batch_size, help="datasets per step (per rank)")
-    p.add_argument("--lr", type=positive_float, default=d.lr, help="learning rate (finite, > 0)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed for weights and torch RNG")
-    p.add_argument("--missing-cells", type=share_flag, default=d.missing_cells,
-                   help="half the prior's tables lose up to this share of cells, filled with the train mean (0: off)")
-    p.add_argument("--categorical-columns", type=share_flag, default=d.categorical_columns,
-                   help="this share of the prior's columns become category codes in a random order (0: off)")
-    p.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--optimizer", choices=["schedulefree", "adamw"], default=d.optimizer,
-                   help="schedule-free AdamW (upstream) or torch AdamW")
+    for f in fields(TrainConfig):
+        if f.metadata:
+            p.add_argument("--" + f.name.replace("_", "-"), default=f.default, **f.metadata)
     m = ModelConfig()
     p.add_argument("--embedding-size", type=positive_int, default=m.embedding_size, help="model width E")
     p.add_argument("--num-attention-heads", type=positive_int, default=m.num_attention_heads,
                    help="attention heads (E must divide by it)")
     p.add_argument("--mlp-hidden-size", type=positive_int, default=m.mlp_hidden_size, help="MLP hidden width")
     p.add_argument("--num-layers", type=positive_int, default=m.num_layers, help="transformer layers")
-    p.add_argument("--time-budget", type=nonnegative_float, default=d.time_budget,
-                   help="seconds of training instead of --steps (compiling, evals, saves not counted)")
-    p.add_argument("--eval-every", type=eval_every_flag, default=d.eval_every,
-                   help="evaluate every N steps or Ns seconds of training, clock paused (0: only at the end)")
-    p.add_argument("--eval-suite", choices=list(EVAL_SUITES), default=d.eval_suite,
-                   help="toy: four sklearn tasks (a smoke check); real: 1 split of each real-data task; "
-                        "real-all: all of its splits")
-    p.add_argument("--log-every", type=positive_int, default=d.log_every, help="one log line every N steps")
-    p.add_argument("--timing-warmup", type=nonnegative_int, default=d.timing_warmup,
-                   help="first N steps excluded from the timing statistics")
-    p.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
-    p.add_argument("--profile", action="store_true", help="torch.profiler over a few steps: four tables and a trace")
-    p.add_argument("--profile-dir", default=d.profile_dir, help="where the profiler trace goes")
-    p.add_argument("--record", default=d.record, help="write the run record (JSON) to this path")
-    p.add_argument("--tensorboard", default=d.tensorboard, metavar="DIR",
-                   help="TensorBoard event files in DIR, with the profiler trace under --profile")
-    p.add_argument("--ckpt", default=d.ckpt, help="checkpoint file (written atomically)")
-    p.add_argument("--save-every", type=nonnegative_int, default=d.save_every,
-                   help="checkpoint every N steps (and always at the end and on SIGINT/SIGTERM)")
-    p.add_argument("--resume", action="store_true", help="continue the run stored in --ckpt exactly")
     return p
 
 

@@ -14,7 +14,7 @@ from loaders import LoaderConfig
 from model import ATTENTIONS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, from_flags,
-                   prepare, resolve_data, start_lines)
+                   positive_int, prepare, resolve_data, start_lines)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
 # (launch-bound), slicing wins on long ones (the kernel skips the padded keys), so the choice goes by length.
@@ -31,10 +31,11 @@ def build_parser():
     g.add_argument("--resident", dest="loader", action="store_const", const="resident", help="--loader resident")
     g.add_argument("--pinned", action="store_true", help="reused page-locked host buffers, non_blocking copies")
     g.add_argument("--streams", action="store_true", help="reader thread + side-stream copies, --prefetch ahead")
-    g.add_argument("--prefetch", type=int, default=d.prefetch, help="batches in flight for --streams / --loader bin")
+    g.add_argument("--prefetch", type=positive_int, default=d.prefetch,
+                   help="batches in flight for --streams / --loader bin")
     g.add_argument("--require-gds", action="store_true", help="with --loader bin: fail unless true GDS runs")
     g.add_argument("--no-convert", action="store_true", help="with --loader bin: fail on a missing or stale .bin")
-    g.add_argument("--kvikio-threads", type=int, default=d.kvikio_threads, help="kvikio reader threads")
+    g.add_argument("--kvikio-threads", type=positive_int, default=d.kvikio_threads, help="kvikio reader threads")
     g.add_argument("--kvikio-target", choices=["device", "host"], default=d.kvikio_target,
                    help="--loader bin without GDS: read into CUDA buffers or into pinned host buffers")
     s = parser.add_argument_group("model and step (beyond the blog)")
@@ -101,8 +102,6 @@ def check_flags(args, on_cuda: bool):
     """Combinations that cannot do what they say: one-line UsageError, before any work."""
     refusals = [
         (args.require_gds and args.loader != "bin", "--require-gds needs --loader bin (--gds-bin)"),
-        (args.prefetch < 1, "--prefetch must be at least 1"),
-        (args.kvikio_threads < 1, "--kvikio-threads must be at least 1"),
         (args.feature_attention != "sdpa" and args.attention == "mha",
          "--feature-attention chooses among the SDPA-path implementations; add --flash (or another --attention)"),
         (args.last_layer_target_only and args.attention == "mha",
@@ -133,8 +132,7 @@ def attention_kernel(session) -> str:
     head_dim = cfg.embedding_size // cfg.num_attention_heads
     dtype = torch.bfloat16 if session.config.amp == "bf16" else torch.float32
     what = f"{str(dtype).replace('torch.', '')}, head dim {head_dim}"
-    fixed = {"mha": "nn.MultiheadAttention", "triton": "triton",
-             "flex": "flex_attention, block mask over the padded keys"}
+    fixed = {"triton": "triton", "flex": "flex_attention, block mask over the padded keys"}   # mha: never asked
     if cfg.attention in fixed:
         return f"{fixed[cfg.attention]} ({what})"
     if device.type != "cuda":
@@ -170,7 +168,7 @@ def optimizations_block(session, args) -> list:
                                           ("--pinned", args.pinned), ("--streams", args.streams)) if on)
     if data_flags:
         lines.append(f"  {data_flags:<22s} data path: {desc['path']} ({desc['loader']})")
-    lines += [f"  {'':<22s} {note}" for note in desc.get("notes", [])]
+    lines += [f"  {'':<22s} {note}" for note in desc["notes"]]
     if m.attention != "mha":
         session.attention_kernel = attention_kernel(session)
         flag = "--flash" if m.attention == "sdpa" else "--attention " + m.attention
