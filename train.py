@@ -368,6 +368,20 @@ class _Run:
                   f"where measured (--lr 2e-3 on the blog's tables, 1e-3 for a wider model; README)")
 
 
+def _resume(model, optimizer, resume_state, ckpt):
+    """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far)."""
+    saved = resume_state["train_state"]
+    try:
+        unwrap(model).load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"checkpoint {ckpt}: its tensors do not match its model_config or "
+                              f"optimizer ({str(e).splitlines()[0][:120]})") from None
+    set_rng_state(saved["rng"])
+    print(f"resumed from {ckpt} at step {resume_state['step']}")
+    return resume_state["step"], saved["losses"], saved["train_seconds"]
+
+
 def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, checkpoint_meta=None,
           resume_state=None, scalars=None) -> TrainResult:
     """Trains on loaders.Batch items, each step timed from the request for its batch; shape: (R_max, F_max);
@@ -391,16 +405,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         torch.cuda.reset_peak_memory_stats(device)
     step, past_losses, past_seconds = 0, [], 0.0
     if resume_state is not None:
-        saved = resume_state["train_state"]
-        try:
-            unwrap(model).load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise CheckpointError(f"checkpoint {config.ckpt}: its tensors do not match its model_config or "
-                                  f"optimizer ({str(e).splitlines()[0][:120]})") from None
-        set_rng_state(saved["rng"])
-        step, past_losses, past_seconds = resume_state["step"], saved["losses"], saved["train_seconds"]
-        print(f"resumed from {config.ckpt} at step {step}")
+        step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
     losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
