@@ -3,6 +3,7 @@
 As upstream (automl/nanoTabPFN): an h5py read per step, a synchronous `.to(device)`, `loss.item()` every step,
 grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds flags; all off, it is this loop.
 """
+import argparse
 import contextlib
 import functools
 import hashlib
@@ -33,13 +34,16 @@ NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synch
 
 
 def _checked(kind, name: str, valid):
-    """An argparse type: `kind(text)` where valid(value) holds; `name` is what argparse's error calls it."""
+    """An argparse type: `kind(text)` where valid(value) holds; `name` says what the flag takes in its error."""
     def parse(text: str):
-        value = kind(text)
-        if not valid(value):
-            raise ValueError(text)
+        try:
+            value = kind(text)
+            ok = valid(value)
+        except ValueError:
+            ok = False
+        if not ok:   # argparse prints "argument --flag: '0' is not an integer >= 1"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
         return value
-    parse.__name__ = name
     return parse
 
 
