@@ -21,5 +21,5 @@ for name in "$@"; do
   (cd "$dir" && timeout 200 python train_optimized.py $flags --fast --record "$OUT/$name.json") > "$OUT/$name.log" 2>&1
   echo "$name exit $? at ${SECONDS}s"
 done
-python results/nvidia-h100/trim-and-split/table.py "$OUT" | tee "$OUT/table.md"
+python results/nvidia-h100/slim/table.py "$OUT" | tee "$OUT/table.md"
 tar czf "$FINAL/records-${TAG:-$1}.tgz" -C "$OUT" .

@@ -1,10 +1,12 @@
-"""README's tables from the records in call1/ and call2/ (ms/step median [p10-p90] per run, by workload and tree)."""
+"""A README table from the run records in FOLDER/call1/ and FOLDER/call2/ (ms/step median [p10-p90] per run, by
+workload and tree): python summary.py [FOLDER], this script's folder by default."""
 import gzip
 import json
 import os
 import statistics
+import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 runs = {}
 for call in ("call1", "call2"):
     for name in sorted(os.listdir(os.path.join(HERE, call))):
