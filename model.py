@@ -93,16 +93,16 @@ def train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.d
 
 def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask=None):
     """softmax(q kᵀ / sqrt(D)) v on `kernel` (an attention name other than "mha"): q (N, H, R, D), k and v
-    (N, H, S, D) train rows, or all R rows with key_mask (R,) bool / a flex block_mask. Returns (N, H, R, D)."""
+    (N, H, S, D) train rows, or all R rows with key_mask (R,) bool (on "triton": True on a prefix) / a flex
+    block_mask. Returns (N, H, R, D)."""
     if kernel == "flex":
         from torch.nn.attention.flex_attention import flex_attention
         # Tiles matching the mask's blocks; sliced keys (no mask) keep flex's defaults.
         options = FLEX_KERNEL_OPTIONS.get(block_mask.BLOCK_SIZE[1]) if block_mask is not None else None
         return flex_attention(q, k, v, block_mask=block_mask, kernel_options=options)
     if kernel == "triton":
-        if key_mask is not None:
-            raise ValueError("attention='triton' takes no key mask: use it on sliced tables (no --cuda-graphs)")
-        return _triton_kernel()(q, k, v)
+        # The padded step's key_mask marks a prefix (the train rows): the kernel reads its count on the GPU.
+        return _triton_kernel()(q, k, v, num_keys=None if key_mask is None else key_mask.sum())
     mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
     with contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1,7 +1,7 @@
 """Datapoint attention for small head sizes (D = 16..64) in Triton: forward and backward, no mask.
 
 D is padded to a power of two (>= 16) by masked loads, the key length S is a run-time argument (one compilation
-serves every split), and the scale is a constexpr carrying log2(e) (one exp2 per score); fp32 accumulation. The
+serves every split) or a device scalar (num_keys: the padded step of a CUDA graph, keys a prefix), and the scale is a constexpr carrying log2(e) (one exp2 per score); fp32 accumulation. The
 backward is FlashAttention-2's: delta = rowsum(dO * O), then programs that own a key block (dK, dV) and programs that
 own a query block (dQ), in two launches of separately compiled kernels, so each part gets its own registers and
 occupancy; optionally dQ by fp32 atomics in the first. Both are torch.library triton_ops (nanotabpfn::datapoint_attention_fwd,
@@ -77,11 +77,15 @@ if triton is not None:
 
     # The lengths vary every step: no specialization on their values (1, multiples of 16), one compilation.
     @triton.jit(do_not_specialize=["R", "S", "S_FULL"])
-    def _fwd_kernel(Q, K, V, O, LSE, R, S, S_FULL, H,
+    def _fwd_kernel(Q, K, V, O, LSE, NUM_KEYS, R, S, S_FULL, H,
                    sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, son, soh, sor, sod,
                    QK_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """out[n, h, rows] = softmax(q k^T * scale) v; LSE (N*H, R) keeps the log2-domain logsumexp."""
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr):
+        """out[n, h, rows] = softmax(q k^T * scale) v; LSE (N*H, R) keeps the log2-domain logsumexp.
+        KEYS_IN_MEMORY: the keys are the first *NUM_KEYS (at most S) rows of K, V."""
+        if KEYS_IN_MEMORY:
+            S = tl.minimum(tl.load(NUM_KEYS).to(tl.int32), S)
+            S_FULL = S // BLOCK_N * BLOCK_N
         pid_m = tl.program_id(0)
         pid_nh = tl.program_id(1)
         n = pid_nh // H
@@ -118,17 +122,17 @@ if triton is not None:
         tl.store(DELTA + pid_nh * R + offs_m, tl.sum(o * do, 1), mask=offs_m < R)
 
     @triton.jit
-    def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
+    def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, R_LOOP,
               sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
               QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
               ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
-        """dK, dV of one key block (k, v already loaded): loops over every query block."""
+        """dK, dV of one key block (k, v already loaded): loops over the query blocks below R_LOOP (R, or 0)."""
         offs_d = tl.arange(0, BLOCK_D)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         q_base = _head(Q, n, h, sqn, sqh, ALIGN) + offs_d[None, :] * sqd
         do_base = _head(DO, n, h, sdn, sdh, ALIGN) + offs_d[None, :] * sdd
-        for start in range(0, R, BLOCK_M):
+        for start in range(0, R_LOOP, BLOCK_M):
             rows = start + tl.arange(0, BLOCK_M)
             rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
             q = tl.load(q_base + rows[:, None] * sqr, mask=rmask, other=0.0)
@@ -169,13 +173,17 @@ if triton is not None:
     # KEY_PART is a constexpr, not a branch on the program id: each part compiles alone, and the dQ programs
     # do not inherit the dK/dV programs' registers (180 against 122 at D = 24), which would halve their occupancy.
     @triton.jit(do_not_specialize=["R", "S"])
-    def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, R, S, H,
+    def _bwd_kernel(Q, K, V, DO, DQ, DK, DV, LSE, DELTA, NUM_KEYS, R, S, H,
                    sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, sdn, sdh, sdr, sdd,
                    sqa_n, sqa_h, sqa_r, skan, skah, skas, svan, svah, svas,
                    QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                    ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEY_PART: tl.constexpr,
-                   ATOMIC_DQ: tl.constexpr):
-        """KEY_PART: each program writes dK, dV of one key block; else dQ of one query block."""
+                   ATOMIC_DQ: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr):
+        """KEY_PART: each program writes dK, dV of one key block; else dQ of one query block. KEYS_IN_MEMORY: the
+        keys are the first *NUM_KEYS of the S rows of K, V; the rows past them get zero dK, dV."""
+        S_ROWS = S
+        if KEYS_IN_MEMORY:
+            S = tl.minimum(tl.load(NUM_KEYS).to(tl.int32), S)
         pid = tl.program_id(0)
         pid_nh = tl.program_id(1)
         n = pid_nh // H
@@ -183,12 +191,18 @@ if triton is not None:
         offs_d = tl.arange(0, BLOCK_D)
         if KEY_PART:
             keys = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-            kmask = (keys[:, None] < S) & (offs_d[None, :] < D)
+            kmask = (keys[:, None] < S_ROWS) & (offs_d[None, :] < D)
             k = _tile(K, n, h, skn, skh, keys, sks, skd, S, offs_d, D, ALIGN)
             v = _tile(V, n, h, svn, svh, keys, svs, svd, S, offs_d, D, ALIGN)
-            dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R,
+            r_loop = R
+            if KEYS_IN_MEMORY:
+                r_loop = tl.where(pid * BLOCK_N < S, R, 0)   # a block of padding rows only: no work, zeros out
+            dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, r_loop,
                            sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
                            QK_SCALE, SM_SCALE, D, BLOCK_D, ALIGN, BLOCK_M, BLOCK_N, ATOMIC_DQ)
+            if KEYS_IN_MEMORY:   # rows past the keys loaded as 0 but their scores are not: zero them here
+                dk = tl.where(keys[:, None] < S, dk, 0.0)
+                dv = tl.where(keys[:, None] < S, dv, 0.0)
             tl.store(_head(DK, n, h, skan, skah, ALIGN) + keys[:, None] * skas + offs_d[None, :],
                      dk.to(DK.dtype.element_ty), mask=kmask)
             tl.store(_head(DV, n, h, svan, svah, ALIGN) + keys[:, None] * svas + offs_d[None, :],
@@ -240,8 +254,8 @@ if triton is not None:
     wrap_triton = (lambda kernel: kernel) if os.environ.get("TRITON_INTERPRET") == "1" else torch.library.wrap_triton
 
     @triton_op("nanotabpfn::datapoint_attention_fwd", mutates_args=())
-    def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                       config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_keys: torch.Tensor | None,
+                       scale: float, config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """out (N, H, R, D) and the log2-domain logsumexp lse (N*H, R) fp32 that the backward needs."""
         cfg = _config(config)
         n, heads, rows, d = q.shape
@@ -251,14 +265,15 @@ if triton is not None:
         grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
         full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
         wrap_triton(_fwd_kernel)[grid](
-            q, k, v, out, lse, rows, keys, full, heads, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            QK_SCALE=scale * LOG2E, D=d, BLOCK_D=_block_d(d), ALIGN=_align(q, k, v, out), BLOCK_M=cfg.fwd_block_m,
-            BLOCK_N=cfg.fwd_block_n, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
+            q, k, v, out, lse, lse if num_keys is None else num_keys, rows, keys, full, heads, *q.stride(),
+            *k.stride(), *v.stride(), *out.stride(), QK_SCALE=scale * LOG2E, D=d, BLOCK_D=_block_d(d),
+            ALIGN=_align(q, k, v, out), BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
+            KEYS_IN_MEMORY=num_keys is not None, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
         return out, lse
 
     @triton_op("nanotabpfn::datapoint_attention_bwd", mutates_args=())
     def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                       dout: torch.Tensor, scale: float, config: list[int]
+                       dout: torch.Tensor, num_keys: torch.Tensor | None, scale: float, config: list[int]
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """dq (N, H, R, D), dk and dv (N, H, S, D), each laid out rows-major."""
         cfg = _config(config)
@@ -274,10 +289,11 @@ if triton is not None:
             dq.zero_()   # the dK/dV programs add their dQ shares into it
         dk = _rows_major(n, keys, heads, d, k)
         dv = _rows_major(n, keys, heads, d, v)
-        args = (q, k, v, dout, dq, dk, dv, lse, delta, rows, keys, heads, *q.stride(), *k.stride(), *v.stride(),
+        args = (q, k, v, dout, dq, dk, dv, lse, delta, lse if num_keys is None else num_keys, rows, keys, heads, *q.stride(), *k.stride(), *v.stride(),
                 *dout.stride(), *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3])
         meta = dict(QK_SCALE=scale * LOG2E, SM_SCALE=scale, D=d, BLOCK_D=block_d,
-                    ALIGN=_align(q, k, v, dout, dq, dk, dv), ATOMIC_DQ=cfg.atomic_dq)
+                    ALIGN=_align(q, k, v, dout, dq, dk, dv), ATOMIC_DQ=cfg.atomic_dq,
+                    KEYS_IN_MEMORY=num_keys is not None)
         wrap_triton(_bwd_kernel)[(triton.cdiv(keys, cfg.kv_block_n), n * heads)](
             *args, **meta, BLOCK_M=cfg.kv_block_m, BLOCK_N=cfg.kv_block_n, KEY_PART=True,
             num_warps=cfg.kv_warps, num_stages=cfg.kv_stages)
@@ -288,21 +304,24 @@ if triton is not None:
         return dq.to(q.dtype), dk, dv
 
     def _setup_context(ctx, inputs, output):
-        q, k, v, ctx.scale, ctx.config = inputs
-        ctx.save_for_backward(q, k, v, *output)
+        q, k, v, num_keys, ctx.scale, ctx.config = inputs
+        ctx.save_for_backward(q, k, v, *output, num_keys)
 
     def _backward(ctx, dout, _dlse):
-        grads = torch.ops.nanotabpfn.datapoint_attention_bwd(*ctx.saved_tensors, dout, ctx.scale, ctx.config)
-        return *grads, None, None
+        *saved, num_keys = ctx.saved_tensors
+        grads = torch.ops.nanotabpfn.datapoint_attention_bwd(*saved, dout, num_keys, ctx.scale, ctx.config)
+        return *grads, None, None, None
 
     register_autograd("nanotabpfn::datapoint_attention_fwd", _backward, setup_context=_setup_context)
 
 
 def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                        config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+                        config: KernelConfig = DEFAULT_CONFIG, num_keys: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q kᵀ * scale) v, differentiable: q (N, H, R, D), k and v (N, H, S, D), any strides, one dtype
-    (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). Returns (N, H, R, D), a transposed
-    view of (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
+    (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). num_keys, a 1-element integer tensor on
+    q's device, makes only the first num_keys (1..S) rows of k, v keys, read by the kernels (no host sync; a CUDA
+    graph replays it); their other rows get zero gradients. Returns (N, H, R, D), a transposed view of
+    (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, got {q.dim()}/{k.dim()}/{v.dim()}-d")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
@@ -319,6 +338,10 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
             raise ValueError(f"datapoint_attention indexes with int32: a {tuple(t.shape)} tensor spans too much memory")
     if not q.device == k.device == v.device:
         raise ValueError(f"datapoint_attention wants q, k, v on one device, got {q.device}/{k.device}/{v.device}")
+    if num_keys is not None and (num_keys.numel() != 1 or num_keys.dtype.is_floating_point
+                                 or num_keys.dtype == torch.bool or num_keys.device != q.device):
+        raise ValueError(f"datapoint_attention's num_keys must be one integer on {q.device}, got a "
+                         f"{num_keys.dtype} tensor of shape {tuple(num_keys.shape)} on {num_keys.device}")
     if scale is not None and not scale > 0:   # the forward scales the row max once: it needs a positive scale
         raise ValueError(f"datapoint_attention needs a positive scale, got {scale}")
     if triton is None:
@@ -327,4 +350,5 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
         raise ValueError(f"datapoint_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
                          f"got {q.device}")
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[3])
-    return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, scale, _config_ints(config))[0]
+    num_keys = None if num_keys is None else num_keys.reshape(())
+    return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, num_keys, scale, _config_ints(config))[0]

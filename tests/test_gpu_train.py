@@ -49,6 +49,16 @@ def test_graphs_with_compile_and_flex(tmp_path, dump):
         assert got == pytest.approx(base, rel=1e-3, abs=1e-4), extra
 
 
+def test_graphs_with_triton_read_the_key_count_on_the_gpu(tmp_path, dump):
+    """The padded graphed step on the triton kernel (keys counted on the device) against the sliced eager one."""
+    flags = ("--attention", "triton", "--amp", "bf16", "--fused-optimizer", "--last-layer-target-only")
+    base = losses(tmp_path, dump, *flags)["losses"]
+    for extra in ([], ["--compile"]):
+        rec = losses(tmp_path, dump, *flags, "--cuda-graphs", *extra)
+        assert rec["losses"] == pytest.approx(base, rel=2e-2, abs=2e-3), extra   # bf16 in either order of sums
+        assert rec["attention_kernel"].startswith("triton, key count"), rec["attention_kernel"]
+
+
 def test_pinned_flash_kernel_compiles_and_evaluates(tmp_path, dump):
     """--attention flash under bf16 + compile gives the auto kernel's losses, and the fp32 eval
     (which has no flash kernel) still runs: the eval copy leaves the kernel to PyTorch."""

@@ -22,13 +22,16 @@ HAS_GPU = HAS_TRITON and torch.cuda.is_available()
 
 # (N, H, R, S, D, layout): "views" = the model's transposed q/k/v views of one (N, R, 3, H, D) buffer with
 # sliced keys; "test-rows" = the same with queries from row S on (the last layer's shortcut); "padded" = views
-# of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads); "contiguous" = separate (N, H, rows, D) tensors.
+# of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads); "contiguous" = separate (N, H, rows, D) tensors;
+# "num-keys" = all R rows of k, v passed, the key count S in a device tensor (the padded step of --cuda-graphs).
 CPU_CASES = [(2, 2, 37, 19, 24, "views"), (1, 2, 70, 1, 16, "views"), (1, 1, 33, 65, 64, "contiguous"),
-             (1, 2, 45, 45, 40, "padded"), (2, 2, 37, 19, 24, "test-rows")]
+             (1, 2, 45, 45, 40, "padded"), (2, 2, 37, 19, 24, "test-rows"), (2, 2, 37, 19, 24, "num-keys"),
+             (1, 2, 40, 1, 16, "num-keys"), (1, 1, 33, 33, 24, "num-keys")]
 GPU_CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3, 4, 4999, 1237, 24, "views"),
              (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 3, 300, 129, 40, "padded"),
              (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "test-rows"),
-             (2, 4, 999, 998, 24, "test-rows")]
+             (2, 4, 999, 998, 24, "test-rows"), (6, 4, 5000, 2500, 24, "num-keys"), (3, 4, 4999, 1, 24, "num-keys"),
+             (2, 4, 777, 777, 24, "num-keys")]
 # Small tiles (many blocks, tails on every side) with other dQ warps and stages, and the atomic dQ path.
 SMALL = dict(fwd_block_m=16, fwd_block_n=16, kv_block_m=16, kv_block_n=16, q_block_m=16, q_block_n=16)
 CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2),
@@ -36,7 +39,8 @@ CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2
 
 
 def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
-    """q (N, H, R, D) (rows S.. with "test-rows"), k and v (N, H, S, D) leaves in the given layout, random normal."""
+    """q (N, H, R, D) (rows S.. with "test-rows"), k and v (N, H, S, D) (R rows with "num-keys") leaves in the given
+    layout, random normal."""
     gen = torch.Generator().manual_seed(seed)
     if layout == "contiguous":
         return [torch.randn(n, heads, length, d, generator=gen).to(device, dtype).requires_grad_()
@@ -45,7 +49,9 @@ def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
     base = torch.randn(n, rows, 3, heads, width, generator=gen).to(device, dtype)[..., :d]
     q, k, v = (t.transpose(1, 2) for t in base.unbind(2))                 # (N, H, R, D) strided views
     q = q[:, :, keys:] if layout == "test-rows" else q
-    return [t.detach().requires_grad_() for t in (q, k[:, :, :keys], v[:, :, :keys])]
+    if layout != "num-keys":
+        k, v = k[:, :, :keys], v[:, :, :keys]
+    return [t.detach().requires_grad_() for t in (q, k, v)]
 
 
 def relative_error(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -58,7 +64,8 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
     """{name: relative error} of out, dq, dk, dv against SDPA in fp32 on the same (rounded) inputs."""
     n, heads, rows, keys, d, layout = case
     q, k, v = make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed)
-    out = ta.datapoint_attention(q, k, v, config=config)
+    num_keys = torch.tensor(keys, device=device) if layout == "num-keys" else None
+    out = ta.datapoint_attention(q, k, v, config=config, num_keys=num_keys)
     assert out.shape == q.shape and out.dtype == dtype
     assert out.transpose(1, 2).is_contiguous()                             # (N, R, H, D) memory
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device)
@@ -66,10 +73,11 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
     # fp64 on the CPU; fp32 on the GPU, where SDPA's fp32 kernels need no (R, S) matrix in memory.
     ref_dtype = torch.float64 if device == "cpu" else torch.float32
     ref_in = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
-    ref = F.scaled_dot_product_attention(*ref_in)
-    ref_grads = torch.autograd.grad(ref, ref_in, grad.to(ref_dtype))
+    ref = F.scaled_dot_product_attention(ref_in[0], ref_in[1][:, :, :keys], ref_in[2][:, :, :keys])
+    ref_grads = torch.autograd.grad(ref, ref_in, grad.to(ref_dtype))   # zero past the keys
     for t in (out, *grads):
         assert torch.isfinite(t).all()
+    assert not grads[1][:, :, keys:].any() and not grads[2][:, :, keys:].any()   # rows that are no keys: exactly 0
     return {name: relative_error(a, b) for name, a, b in zip(("out", "dq", "dk", "dv"), (out, *grads),
                                                                  (ref, *ref_grads))}
 
@@ -122,6 +130,9 @@ def test_rejects_bad_inputs():
         ta.datapoint_attention(q.long(), kv.long(), kv.long())
     with pytest.raises(ValueError, match="one device"):
         ta.datapoint_attention(q, kv, kv.to("meta"))
+    for bad in (torch.tensor([3, 4]), torch.tensor(3.0), torch.tensor(True), torch.tensor(3, device="meta")):
+        with pytest.raises(ValueError, match="num_keys"):
+            ta.datapoint_attention(q, kv, kv, num_keys=bad)
     with pytest.raises(ValueError, match="int32"):
         big = torch.empty(2 ** 16, 2 ** 16, 16, device="meta").unsqueeze(1)     # no memory behind it
         ta.datapoint_attention(big, big, big)
