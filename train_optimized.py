@@ -16,8 +16,8 @@ from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, from_flags,
                    positive_int, prepare, resolve_data, start_lines)
 
-# --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Graphs win on short tables
-# (launch-bound), slicing wins on long ones (the kernel skips the padded keys), so the choice goes by length.
+# --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Without triton, graphs (flex) win on
+# short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
 
 
@@ -79,22 +79,25 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     args.amp = "bf16" if args.amp == "off" else args.amp
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
-    # Graphs are left off under torchrun (DDP's hooks run outside the graph).
-    args.cuda_graphs = args.cuda_graphs or (max_rows <= FAST_GRAPHS_MAX_ROWS and world_size() == 1)
-    if args.attention not in ("mha", "sdpa"):
-        return []
-    # Padded step: flex skips the masked key blocks (flash takes no mask). Sliced tables: every new split length
-    # makes cuDNN (PyTorch's bf16 pick) plan on the host; FlashAttention-2 does not, and on long tables the
-    # Triton kernel for small head sizes beats it.
-    if args.cuda_graphs:
-        args.attention = "flex"
-    elif max_rows > FAST_GRAPHS_MAX_ROWS and triton_kernel_runs():
+    # Pick the kernel first: the triton kernel reads the key count on the GPU, so it serves the padded graphed step
+    # on every table length; flex (padded) and FlashAttention-2 (sliced) are the choices without it.
+    picking = args.attention in ("mha", "sdpa")
+    if picking and triton_kernel_runs():
         args.attention = "triton"
-    else:
-        args.attention = "flash"
-        if max_rows > FAST_GRAPHS_MAX_ROWS:
-            return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
-                    "FlashAttention-2 instead (slower on long tables, README \"Speed\")"]
+    long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
+    # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
+    # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
+    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention == "triton" or not long_tables))
+    if not picking or args.attention == "triton":
+        return []
+    if args.cuda_graphs:
+        args.attention = "flex"   # flash takes no mask; flex skips the padded key blocks
+        return []
+    # Sliced tables: every new split length makes cuDNN (PyTorch's bf16 pick) plan on the host; FlashAttention-2 not.
+    args.attention = "flash"
+    if long_tables:
+        return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
+                "FlashAttention-2 instead (slower on long tables, README \"Speed\")"]
     return []
 
 
@@ -110,7 +113,6 @@ def check_flags(args, on_cuda: bool):
          "--attention flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs (flash takes no key mask)"),
         (args.attention in ("efficient", "cudnn", "triton") and not on_cuda,
          f"--attention {args.attention} is a CUDA kernel and this run is on the CPU"),
-        (args.attention == "triton" and args.cuda_graphs, "--attention triton takes no key mask; drop --cuda-graphs"),
         (args.attention == "triton" and on_cuda and not triton_kernel_runs(),
          "--attention triton needs the triton package and a GPU with bf16 tensor cores (sm80+); "
          "use --attention flash"),
@@ -132,7 +134,8 @@ def attention_kernel(session) -> str:
     head_dim = cfg.embedding_size // cfg.num_attention_heads
     dtype = torch.bfloat16 if session.config.amp == "bf16" else torch.float32
     what = f"{str(dtype).replace('torch.', '')}, head dim {head_dim}"
-    fixed = {"triton": "triton", "flex": "flex_attention, block mask over the padded keys"}   # mha: never asked
+    fixed = {"triton": "triton" + (", key count of the padded step read on the GPU" if graphs else ""),
+             "flex": "flex_attention, block mask over the padded keys"}   # mha: never asked
     if cfg.attention in fixed:
         return f"{fixed[cfg.attention]} ({what})"
     if device.type != "cuda":

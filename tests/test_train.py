@@ -443,11 +443,18 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
 
     long_tables, notices = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
-    assert not long_tables.cuda_graphs and long_tables.attention == "triton" and not notices   # sliced: no mask
+    assert long_tables.cuda_graphs and long_tables.attention == "triton" and not notices   # keys counted on GPU
     assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
+    short, notices = fast([], 150)
+    assert short.cuda_graphs and short.attention == "triton" and not notices
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ddp, notices = fast([], 5000)
+    assert not ddp.cuda_graphs and ddp.attention == "triton" and not notices   # DDP's hooks: no graphs, sliced
+    monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
     no_triton, notices = fast([], 5000)
-    assert no_triton.attention == "flash" and len(notices) == 1 and "FlashAttention-2 instead" in notices[0]
+    assert not no_triton.cuda_graphs and no_triton.attention == "flash"
+    assert len(notices) == 1 and "FlashAttention-2 instead" in notices[0]
     short, notices = fast([], 150)
     assert short.cuda_graphs and short.attention == "flex" and not notices    # padded: flex skips masked keys
     assert short.last_layer_target_only
