@@ -44,6 +44,7 @@ CONFIGS = [
     ("+flash-kernel", FAST_STACK + ["--attention", "flash"], "beyond"),
     ("+last-layer-target-only", FAST_STACK + ["--attention", "flash", "--last-layer-target-only"], "beyond"),
     ("+triton", FAST_STACK + ["--attention", "triton", "--last-layer-target-only"], "beyond"),
+    ("+triton-graphs", FAST_STACK + ["--attention", "triton", "--last-layer-target-only", "--cuda-graphs"], "beyond"),
     ("+cuda-graphs", FAST_STACK + ["--cuda-graphs"], "beyond"),
     ("+flex", FAST_STACK + ["--cuda-graphs", "--attention", "flex"], "beyond"), ("fast", ["--fast"], "beyond")]
 FLAGS = {name: flags for name, flags, _ in CONFIGS}

@@ -19,6 +19,7 @@ one() {  # config seed; not started once the call's time is nearly spent
   local config=$1 seed=$2 dir=. flags="--fast --last-layer-target-only --attention triton"
   [ "$config" = flash ] && dir=.old flags="--fast"
   [ "$config" = triton-ll-lr2e-3 ] && flags="$flags --lr 2e-3"
+  [ "$config" = fast ] && flags="--fast"   # --fast of the working tree, as it is
   local now=$(( $(date +%s) - T0 ))
   if [ "$now" -gt "$LIMIT" ]; then echo "$config-s$seed skipped (time)"; return; fi
   (cd $dir && timeout $((LIMIT + 110 - now)) python train_optimized.py $BLOG $flags --seed "$seed" \
