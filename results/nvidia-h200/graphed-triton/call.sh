@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONUNBUFFERED=1
 FINAL=${OUT:-/tmp/out}; W=/tmp/h2; mkdir -p "$W" "$FINAL"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.txt"
-echo "code: sha256 of the top-level *.py $(cat $(ls *.py) | sha256sum | cut -c1-16)" | tee "$W/code.txt"
+{ python -c "import benchmark; print('train_sources', benchmark.sources_digest(benchmark.TRAIN_SOURCES))"; LC_ALL=C sha256sum *.py; } | tee "$W/code.txt"
 if [ "${PHASE:-chain}" = seeds ]; then
   OUT=$W CONFIGS=fast SEEDS="0 1 2 3 4 5 6 7" LIMIT=${LIMIT:-330} bash results/nvidia-h100/logs/plateau-call.sh
   exit
