@@ -22,7 +22,8 @@ LOADER_WARMUP = 10   # untimed batches per loader (thread start-up, first reads,
 # flex sees all R keys under the padded step's block mask and is compiled per split, hence the median only.
 ATTENTION_KERNELS = [
     ("math", ("cpu",), "all"), ("flash", ("cpu", "cuda"), "all"), ("cudnn", ("cuda",), "all"),
-    ("efficient", ("cuda",), "all"), ("flex", ("cuda",), "median"), ("triton", ("cuda",), "all")]
+    ("efficient", ("cuda",), "all"), ("flex", ("cuda",), "median"), ("triton", ("cuda",), "all"),
+    ("triton-padded", ("cuda",), "all")]
 # The prior draws the split as int(R * U(0.1, 0.9)): these are its 10th, 50th and 90th percentiles.
 ATTENTION_SPLIT_QUANTILES = (0.18, 0.5, 0.82)
 # Hopper floors (H100 SXM / H200): bf16 dense tensor-core FLOP/s reachable by an attention kernel, and
@@ -181,17 +182,20 @@ def attention_floors_ms(N, H, R, S, D):
 
 def time_attention(kernel, qkv, grad, split, device, repeats):
     """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups}
-    of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R, masked)."""
-    fn, block_mask, keys = datapoint_attention, None, slice(0, split)
+    of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R, masked;
+    triton-padded: all R, the count read on the GPU, as in the padded --cuda-graphs step)."""
+    fn, block_mask, key_mask, keys = datapoint_attention, None, None, slice(0, split)
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)
         block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
         keys = slice(None)
+    if kernel == "triton-padded":
+        kernel, key_mask, keys = "triton", torch.arange(qkv.shape[1], device=device) < split, slice(None)
 
     def call():
         q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view
         k, v = qkv[:, keys, 1].transpose(1, 2), qkv[:, keys, 2].transpose(1, 2)     # (N, H, S, D)
-        fn(q, k, v, kernel, block_mask=block_mask).backward(grad)
+        fn(q, k, v, kernel, key_mask=key_mask, block_mask=block_mask).backward(grad)
 
     _sync(device)
     t0 = time.perf_counter()
@@ -285,8 +289,8 @@ def attention_method_lines(dtype, repeats, cuda, layers):
     return [
         f"- method: one layer's model.datapoint_attention, forward + backward, on q/k/v views of one "
         f"(N, R, 3, H, D) {dtype.replace('torch.', '')} buffer as the model's in-projection writes them; every "
-        "row queries the first S rows (sliced keys), except flex: all R keys under the block mask of the padded "
-        f"--cuda-graphs step; median of {repeats} calls after 2 warm-ups, timed with "
+        "row queries the first S rows (sliced keys), except flex and triton-padded: all R keys under the block mask "
+        f"or with the key count in device memory, as in the padded --cuda-graphs step; median of {repeats} calls after 2 warm-ups, timed with "
         f"{'CUDA events' if cuda else 'the host clock'}",
         "- first call: host clock, includes per-shape work (cuDNN plans every new split length; flex compiles); "
         f"TFLOP/s counts 4·N·H·R·S·D forward and {BACKWARD_FLOP_FACTOR:g}x that backward",
