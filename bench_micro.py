@@ -290,8 +290,8 @@ def attention_method_lines(dtype, repeats, cuda, layers):
         f"- method: one layer's model.datapoint_attention, forward + backward, on q/k/v views of one "
         f"(N, R, 3, H, D) {dtype.replace('torch.', '')} buffer as the model's in-projection writes them; every "
         "row queries the first S rows (sliced keys), except flex and triton-padded: all R keys under the block mask "
-        f"or with the key count in device memory, as in the padded --cuda-graphs step; median of {repeats} calls after 2 warm-ups, timed with "
-        f"{'CUDA events' if cuda else 'the host clock'}",
+        f"or with the key count in device memory, as in the padded --cuda-graphs step; median of {repeats} calls "
+        f"after 2 warm-ups, timed with {'CUDA events' if cuda else 'the host clock'}",
         "- first call: host clock, includes per-shape work (cuDNN plans every new split length; flex compiles); "
         f"TFLOP/s counts 4·N·H·R·S·D forward and {BACKWARD_FLOP_FACTOR:g}x that backward",
         f"- floors (H100/H200): SFU = 2·N·H·R·S exponentials (forward + backward recomputation) at "

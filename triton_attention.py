@@ -1,11 +1,12 @@
 """Datapoint attention for small head sizes (D = 16..64) in Triton: forward and backward, no mask.
 
-D is padded to a power of two (>= 16) by masked loads, the key length S is a run-time argument (one compilation
-serves every split) or a device scalar (num_keys: the padded step of a CUDA graph, keys a prefix), and the scale is a constexpr carrying log2(e) (one exp2 per score); fp32 accumulation. The
-backward is FlashAttention-2's: delta = rowsum(dO * O), then programs that own a key block (dK, dV) and programs that
-own a query block (dQ), in two launches of separately compiled kernels, so each part gets its own registers and
-occupancy; optionally dQ by fp32 atomics in the first. Both are torch.library triton_ops (nanotabpfn::datapoint_attention_fwd,
-_bwd), which torch.compile traces without a graph break. Importing needs neither triton nor a GPU.
+D is padded to a power of two (>= 16) by masked loads; the key length S is a run-time argument (one compilation
+serves every split) or a device scalar (num_keys: the padded step of a CUDA graph, keys a prefix); the scale is a
+constexpr carrying log2(e) (one exp2 per score); fp32 accumulation. The backward is FlashAttention-2's:
+delta = rowsum(dO * O), then programs that own a key block (dK, dV) and programs that own a query block (dQ), in two
+launches of separately compiled kernels, so each part gets its own registers and occupancy; optionally dQ by fp32
+atomics in the first. Both are torch.library triton_ops (nanotabpfn::datapoint_attention_fwd, _bwd), which
+torch.compile traces without a graph break. Importing needs neither triton nor a GPU.
 """
 import math
 import os
@@ -264,8 +265,9 @@ if triton is not None:
         lse = torch.empty(n * heads, rows, device=q.device, dtype=torch.float32)
         grid = (triton.cdiv(rows, cfg.fwd_block_m), n * heads)
         full = keys // cfg.fwd_block_n * cfg.fwd_block_n   # keys in whole blocks: no masking needed there
+        # Without num_keys, lse stands in for its pointer: KEYS_IN_MEMORY=False never reads it.
         wrap_triton(_fwd_kernel)[grid](
-            q, k, v, out, lse, lse if num_keys is None else num_keys, rows, keys, full, heads, *q.stride(),
+            q, k, v, out, lse, num_keys if num_keys is not None else lse, rows, keys, full, heads, *q.stride(),
             *k.stride(), *v.stride(), *out.stride(), QK_SCALE=scale * LOG2E, D=d, BLOCK_D=_block_d(d),
             ALIGN=_align(q, k, v, out), BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
             KEYS_IN_MEMORY=num_keys is not None, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
@@ -289,8 +291,9 @@ if triton is not None:
             dq.zero_()   # the dK/dV programs add their dQ shares into it
         dk = _rows_major(n, keys, heads, d, k)
         dv = _rows_major(n, keys, heads, d, v)
-        args = (q, k, v, dout, dq, dk, dv, lse, delta, lse if num_keys is None else num_keys, rows, keys, heads, *q.stride(), *k.stride(), *v.stride(),
-                *dout.stride(), *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3])
+        args = (q, k, v, dout, dq, dk, dv, lse, delta, num_keys if num_keys is not None else lse, rows, keys, heads,
+                *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dq.stride()[:3], *dk.stride()[:3],
+                *dv.stride()[:3])
         meta = dict(QK_SCALE=scale * LOG2E, SM_SCALE=scale, D=d, BLOCK_D=block_d,
                     ALIGN=_align(q, k, v, dout, dq, dk, dv), ATOMIC_DQ=cfg.atomic_dq,
                     KEYS_IN_MEMORY=num_keys is not None)
