@@ -10,9 +10,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$W/gpu.t
 LC_ALL=C sha256sum *.py > "$W/code.txt"
 python -c "import sys; sys.path.insert(0, 'tests'); from conftest import write_tiny_dump; \
 write_tiny_dump('data/ragged2000.h5', num_datasets=256, rows=2000, features=5, seed=3)" || exit
+DATA=$PWD/data/ragged2000.h5
 for tree in new old; do
   dir=$([ "$tree" = new ] && echo . || echo .old)
-  (cd $dir && timeout 230 python train_optimized.py --data $PWD/data/ragged2000.h5 --batch-size 8 --steps 60 \
+  (cd $dir && timeout 230 python train_optimized.py --data $DATA --batch-size 8 --steps 60 \
      --timing-warmup 10 --no-eval --log-every 30 --fast --record "$W/ragged-$tree.json") > "$W/ragged-$tree.log" 2>&1
   echo "ragged-$tree exit $? at ${SECONDS}s: $(grep -E '^done|Error|error' "$W/ragged-$tree.log" | head -3 | cut -c1-200)"
 done
