@@ -189,7 +189,8 @@ def optimizations_block(session, args) -> list:
              f"active: loss read back every {c.log_every} steps, no host sync per step"),
             ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
             ("--last-layer-target-only", m.last_layer_target_only,
-             f"active: layer {m.num_layers} computes the target column only (its test rows, unpadded)"),
+             f"active: layer {m.num_layers} computes the target column only ("
+             + ("every row: the padded step" if c.cuda_graphs else "its test rows") + ")"),
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
