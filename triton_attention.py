@@ -140,10 +140,12 @@ if triton is not None:
             do = tl.load(do_base + rows[:, None] * sdr, mask=rmask, other=0.0)
             lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
             delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
-            # Transposed scores (keys x queries): rows past R have q = dO = 0, so they add nothing.
-            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * QK_SCALE - lse[None, :])
-            dv += tl.dot(p_t.to(do.dtype), do)
+            # Transposed scores (keys x queries): rows past R have q = dO = 0, so they add nothing. dP does not
+            # need P: issued before the exponentials, the tensor cores run it while they are computed.
+            qk_t = tl.dot(k, tl.trans(q))
             dp_t = tl.dot(v, tl.trans(do))
+            p_t = tl.math.exp2(qk_t * QK_SCALE - lse[None, :])
+            dv += tl.dot(p_t.to(do.dtype), do)
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(q.dtype), q)
             if ATOMIC_DQ:
@@ -166,8 +168,10 @@ if triton is not None:
             kmask = ((start + offs_n)[:, None] < S) & (offs_d[None, :] < D)
             k = tl.load(k_ptrs + start * sks, mask=kmask, other=0.0)
             v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
-            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * QK_SCALE - lse[:, None])
-            ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+            qk = tl.dot(q, tl.trans(k))
+            dp = tl.dot(do, tl.trans(v))   # before the exponentials, as in _dkdv
+            p = tl.math.exp2(qk * QK_SCALE - lse[:, None])
+            ds = p * (dp - delta[:, None])
             dq += tl.dot(ds.to(k.dtype), k)
         return dq
 
