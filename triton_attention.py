@@ -8,6 +8,7 @@ launches of separately compiled kernels, so each part gets its own registers and
 atomics in the first. Both are torch.library triton_ops (nanotabpfn::datapoint_attention_fwd, _bwd), which
 torch.compile traces without a graph break. Importing needs neither triton nor a GPU.
 """
+import hashlib
 import math
 import os
 from dataclasses import dataclass, fields
@@ -21,6 +22,9 @@ except ImportError:          # the module still imports (and validates inputs); 
     triton = None
 
 LOG2E = 1.4426950408889634
+# torch.compile's AOTAutograd cache keys on the traced graph, which holds the ops' arguments but not the kernels'
+# text: this file's digest rides in the ops' config list, so an edited kernel compiles again instead of running stale.
+SOURCE_DIGEST = int(hashlib.sha256(open(__file__, "rb").read()).hexdigest()[:8], 16)
 
 
 @dataclass(frozen=True)
@@ -243,13 +247,13 @@ def _rows_major(n: int, rows: int, heads: int, d: int, like: torch.Tensor, dtype
 
 
 def _config_ints(cfg: KernelConfig) -> list[int]:
-    """The config as the ops' schema takes it: its fields in order, as ints."""
-    return [int(getattr(cfg, f.name)) for f in fields(cfg)]
+    """The config as the ops' schema takes it: its fields in order, as ints, then SOURCE_DIGEST."""
+    return [int(getattr(cfg, f.name)) for f in fields(cfg)] + [SOURCE_DIGEST]
 
 
 def _config(ints: list[int]) -> KernelConfig:
-    """The config back from _config_ints."""
-    return KernelConfig(*(f.type(x) for f, x in zip(fields(KernelConfig), ints)))
+    """The config back from _config_ints (the digest dropped)."""
+    return KernelConfig(*(f.type(x) for f, x in zip(fields(KernelConfig), ints[:-1])))
 
 
 if triton is not None:

@@ -205,3 +205,43 @@ def test_gpu_model_with_triton_and_the_last_layer_shortcut_matches_sdpa():
     (logits_ref, grads_ref), (logits_tri, grads_tri) = results
     assert logits_tri.shape == (2, 3001 - 1237, 2)
     assert relative_error(logits_tri, logits_ref) < 2e-2 and relative_error(grads_tri, grads_ref) < 5e-2
+
+
+def test_source_digest_reaches_the_ops_arguments():
+    """The config list the ops take ends with this file's digest (the compile caches' key), and reads back."""
+    ints = ta._config_ints(ta.DEFAULT_CONFIG)
+    assert ints[-1] == ta.SOURCE_DIGEST and ta._config(ints) == ta.DEFAULT_CONFIG
+
+
+# Edits of a helper each part calls, and the sum they scale: (old text, new text, printed sum, factor).
+KERNEL_EDITS = {"forward": ("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i * alpha + tl.sum(p, 1) * 0.5", 0, 2.0),
+                "backward": ("return dk * SM_SCALE, dv", "return dk * SM_SCALE, dv * 2.0", 1, 2.0)}
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
+@pytest.mark.parametrize("part", KERNEL_EDITS)
+def test_gpu_compiled_op_follows_an_edited_kernel(tmp_path, part):
+    """One Inductor cache, the same compiled forward + backward on triton_attention.py and on a copy with one
+    helper edited: the copy's output (or dV) must change by the edit's factor, not come back from the cache."""
+    old, new, which, factor = KERNEL_EDITS[part]
+    source = open(os.path.join(ROOT, "triton_attention.py")).read()
+    assert source.count(old) == 1
+    script = ("import torch, triton_attention as ta\n"
+              "torch.manual_seed(0)\n"
+              "q, k, v = (torch.randn(2, 4, 300, 24, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+              "           for _ in range(3))\n"
+              "step = torch.compile(lambda q, k, v: ta.datapoint_attention(q, k[:, :, :100], v[:, :, :100]))\n"
+              "out = step(q, k, v)\n"
+              "out.float().sum().backward()\n"
+              "print(float(out.float().abs().sum()), float(v.grad.float().abs().sum()))\n")
+    sums = []
+    for name, text in (("first", source), ("edited", source.replace(old, new))):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "triton_attention.py").write_text(text)
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), PYTHONPATH=str(folder))
+        result = subprocess.run([sys.executable, "-c", script], cwd=folder, env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        sums.append(float(result.stdout.split()[-2 + which]))
+    assert sums[1] == pytest.approx(factor * sums[0], rel=1e-2), sums
