@@ -34,7 +34,8 @@ class ModelConfig:
     triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
     torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
     (the last layer computes the target column only, and on unpadded tables only its test rows after the feature
-    attention: the decoder reads nothing else; off "mha")."""
+    attention, on padded ones with "triton" only their datapoint attention: the decoder reads nothing else;
+    off "mha")."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -91,10 +92,11 @@ def train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.d
                              device=device, BLOCK_SIZE=block)
 
 
-def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask=None):
+def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask=None, test_rows_only=False):
     """softmax(q kᵀ / sqrt(D)) v on `kernel` (an attention name other than "mha"): q (N, H, R, D), k and v
     (N, H, S, D) train rows, or all R rows with key_mask (R,) bool (on "triton": True on a prefix) / a flex
-    block_mask. Returns (N, H, R, D)."""
+    block_mask. test_rows_only (with key_mask): the caller reads only the rows past the keys; "triton" then
+    skips the others and returns zeros there. Returns (N, H, R, D)."""
     if kernel == "flex":
         from torch.nn.attention.flex_attention import flex_attention
         # Tiles matching the mask's blocks; sliced keys (no mask) keep flex's defaults.
@@ -102,7 +104,8 @@ def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask
         return flex_attention(q, k, v, block_mask=block_mask, kernel_options=options)
     if kernel == "triton":
         # The padded step's key_mask marks a prefix (the train rows): the kernel reads its count on the GPU.
-        return _triton_kernel()(q, k, v, num_keys=None if key_mask is None else key_mask.sum())
+        return _triton_kernel()(q, k, v, num_keys=None if key_mask is None else key_mask.sum(),
+                                test_rows_only=test_rows_only and key_mask is not None)
     mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
     with contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -309,7 +312,8 @@ class TransformerEncoderLayer(nn.Module):
         features = self._attend_features(src, column_keys, target_only)
         src = self.norm1(features + (src[:, -1:] if target_only else src))
         first = train_test_split_index if target_only and train_test_split_index is not None else 0
-        attended = self._attend_datapoints(src, train_test_split_index, row_keys, block_mask, first)
+        attended = self._attend_datapoints(src, train_test_split_index, row_keys, block_mask, first,
+                                           test_rows_only=target_only)
         src = self.norm2(attended + src[:, :, first:])
         return self.norm3(self.linear2(F.gelu(self.linear1(src))) + src)
 
@@ -344,8 +348,9 @@ class TransformerEncoderLayer(nn.Module):
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
     def _attend_datapoints(self, src: torch.Tensor, split: int | None, row_keys: torch.Tensor | None,
-                           block_mask=None, first_query: int = 0) -> torch.Tensor:
-        """Every row from first_query on attends to the train rows of its column (the same keys for every query)."""
+                           block_mask=None, first_query: int = 0, test_rows_only: bool = False) -> torch.Tensor:
+        """Every row from first_query on attends to the train rows of its column (the same keys for every query);
+        test_rows_only: only the test rows are read afterwards (the padded last layer's kernel may skip the rest)."""
         attention = self.self_attention_between_datapoints
         if self.attention == "mha":
             batch_size, rows, columns, embedding = src.shape
@@ -366,7 +371,7 @@ class TransformerEncoderLayer(nn.Module):
             k, v = k[:, :, :split], v[:, :, :split]   # keys and values are the first S rows: a slice, no copy, no mask
         q = q[:, :, first_query:]                                          # (B*C, H, Rq, D): a slice
         out = datapoint_attention(q, k, v, self.attention, key_mask=row_keys if block_mask is None else None,
-                                  block_mask=block_mask)
+                                  block_mask=block_mask, test_rows_only=test_rows_only)
         # (B*C, H, Rq, D) -> (B, C, Rq, E): a view when the kernel wrote (B*C, Rq, H, D) memory, else one copy.
         out = out.transpose(1, 2).reshape(batch_size, columns, q.shape[2], embedding)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)

@@ -85,13 +85,19 @@ if triton is not None:
     def _fwd_kernel(Q, K, V, O, LSE, NUM_KEYS, R, S, S_FULL, H,
                    sqn, sqh, sqr, sqd, skn, skh, sks, skd, svn, svh, svs, svd, son, soh, sor, sod,
                    QK_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, ALIGN: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr,
+                   TEST_ROWS_ONLY: tl.constexpr):
         """out[n, h, rows] = softmax(q k^T * scale) v; LSE (N*H, R) keeps the log2-domain logsumexp.
-        KEYS_IN_MEMORY: the keys are the first *NUM_KEYS (at most S) rows of K, V."""
+        KEYS_IN_MEMORY: the keys are the first *NUM_KEYS (at most S) rows of K, V. TEST_ROWS_ONLY (with it): query
+        rows below the key count output zero."""
+        pid_m = tl.program_id(0)
+        s_end = S
         if KEYS_IN_MEMORY:
             S = tl.minimum(tl.load(NUM_KEYS).to(tl.int32), S)
-            S_FULL = S // BLOCK_N * BLOCK_N
-        pid_m = tl.program_id(0)
+            s_end = S
+            if TEST_ROWS_ONLY:   # a block of train rows only: no work, zeros out
+                s_end = tl.where(pid_m * BLOCK_M + BLOCK_M <= S, 0, S)
+            S_FULL = s_end // BLOCK_N * BLOCK_N
         pid_nh = tl.program_id(1)
         n = pid_nh // H
         h = pid_nh % H
@@ -107,13 +113,17 @@ if triton is not None:
         for start in range(0, S_FULL, BLOCK_N):
             acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
                                       sks, svs, QK_SCALE, D, False)
-        for start in range(S_FULL, S, BLOCK_N):
+        for start in range(S_FULL, s_end, BLOCK_N):
             acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, k_ptrs, v_ptrs, start, S, offs_n, offs_d,
                                       sks, svs, QK_SCALE, D, True)
         out = acc / l_i[:, None]
+        lse = m_i + tl.math.log2(l_i)
+        if TEST_ROWS_ONLY:   # skipped blocks divided 0 by 0: where() drops those rows
+            out = tl.where(offs_m[:, None] >= S, out, 0.0)
+            lse = tl.where(offs_m >= S, lse, 0.0)
         tl.store(_head(O, n, h, son, soh, ALIGN) + offs_m[:, None] * sor + offs_d[None, :] * sod,
                  out.to(O.dtype.element_ty), mask=(offs_m[:, None] < R) & (offs_d[None, :] < D))
-        tl.store(LSE + pid_nh * R + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < R)
+        tl.store(LSE + pid_nh * R + offs_m, lse, mask=offs_m < R)
 
     @triton.jit(do_not_specialize=["R"])
     def _delta_kernel(O, DO, DELTA, R, H, son, soh, sor, sod, sdn, sdh, sdr, sdd,
@@ -127,24 +137,32 @@ if triton is not None:
         tl.store(DELTA + pid_nh * R + offs_m, tl.sum(o * do, 1), mask=offs_m < R)
 
     @triton.jit
-    def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, R_LOOP,
+    def _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, R_LOOP, Q_START,
               sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
               QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
-              ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr):
-        """dK, dV of one key block (k, v already loaded): loops over the query blocks below R_LOOP (R, or 0)."""
+              ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+              TEST_ROWS_ONLY: tl.constexpr):
+        """dK, dV of one key block (k, v already loaded): loops over the query blocks below R_LOOP (R, or 0), from
+        the one holding Q_START with TEST_ROWS_ONLY (rows below it load as 0, like rows past R)."""
         offs_d = tl.arange(0, BLOCK_D)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         q_base = _head(Q, n, h, sqn, sqh, ALIGN) + offs_d[None, :] * sqd
         do_base = _head(DO, n, h, sdn, sdh, ALIGN) + offs_d[None, :] * sdd
-        for start in range(0, R_LOOP, BLOCK_M):
+        lo = 0
+        if TEST_ROWS_ONLY:
+            lo = Q_START // BLOCK_M * BLOCK_M
+        for start in range(lo, R_LOOP, BLOCK_M):
             rows = start + tl.arange(0, BLOCK_M)
-            rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
+            valid = rows < R
+            if TEST_ROWS_ONLY:
+                valid = valid & (rows >= Q_START)
+            rmask = valid[:, None] & (offs_d[None, :] < D)
             q = tl.load(q_base + rows[:, None] * sqr, mask=rmask, other=0.0)
             do = tl.load(do_base + rows[:, None] * sdr, mask=rmask, other=0.0)
-            lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
-            delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
-            # Transposed scores (keys x queries): rows past R have q = dO = 0, so they add nothing. dP does not
+            lse = tl.load(LSE + pid_nh * R + rows, mask=valid, other=0.0)
+            delta = tl.load(DELTA + pid_nh * R + rows, mask=valid, other=0.0)
+            # Transposed scores (keys x queries): rows not valid have q = dO = 0, so they add nothing. dP does not
             # need P: issued before the exponentials, the tensor cores run it while they are computed.
             qk_t = tl.dot(k, tl.trans(q))
             dp_t = tl.dot(v, tl.trans(do))
@@ -187,9 +205,10 @@ if triton is not None:
                    sqa_n, sqa_h, sqa_r, skan, skah, skas, svan, svah, svas,
                    QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                    ALIGN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEY_PART: tl.constexpr,
-                   ATOMIC_DQ: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr):
+                   ATOMIC_DQ: tl.constexpr, KEYS_IN_MEMORY: tl.constexpr, TEST_ROWS_ONLY: tl.constexpr):
         """KEY_PART: each program writes dK, dV of one key block; else dQ of one query block. KEYS_IN_MEMORY: the
-        keys are the first *NUM_KEYS of the S rows of K, V; the rows past them get zero dK, dV."""
+        keys are the first *NUM_KEYS of the S rows of K, V; the rows past them get zero dK, dV. TEST_ROWS_ONLY (with
+        it): query rows below the key count output zero, so they pass no gradient and get zero dQ."""
         S_ROWS = S
         if KEYS_IN_MEMORY:
             S = tl.minimum(tl.load(NUM_KEYS).to(tl.int32), S)
@@ -206,9 +225,9 @@ if triton is not None:
             r_loop = R
             if KEYS_IN_MEMORY:
                 r_loop = tl.where(pid * BLOCK_N < S, R, 0)   # a block of padding rows only: no work, zeros out
-            dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, r_loop,
+            dk, dv = _dkdv(Q, DO, DQ, LSE, DELTA, k, v, n, h, pid_nh, R, r_loop, S,
                            sqn, sqh, sqr, sqd, sdn, sdh, sdr, sdd, sqa_n, sqa_h, sqa_r,
-                           QK_SCALE, SM_SCALE, D, BLOCK_D, ALIGN, BLOCK_M, BLOCK_N, ATOMIC_DQ)
+                           QK_SCALE, SM_SCALE, D, BLOCK_D, ALIGN, BLOCK_M, BLOCK_N, ATOMIC_DQ, TEST_ROWS_ONLY)
             if KEYS_IN_MEMORY:   # rows past the keys loaded as 0 but their scores are not: zero them here
                 dk = tl.where(keys[:, None] < S, dk, 0.0)
                 dv = tl.where(keys[:, None] < S, dv, 0.0)
@@ -219,11 +238,19 @@ if triton is not None:
         else:
             rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
             rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
-            q = _tile(Q, n, h, sqn, sqh, rows, sqr, sqd, R, offs_d, D, ALIGN)
-            do = _tile(DO, n, h, sdn, sdh, rows, sdr, sdd, R, offs_d, D, ALIGN)
-            lse = tl.load(LSE + pid_nh * R + rows, mask=rows < R, other=0.0)
-            delta = tl.load(DELTA + pid_nh * R + rows, mask=rows < R, other=0.0)
-            dq = _dq(K, V, q, do, lse, delta, n, h, S, skn, skh, sks, skd, svn, svh, svs, svd,
+            valid = rows < R
+            s_loop = S
+            if TEST_ROWS_ONLY:   # train rows load as 0, so their dQ is 0; a block of them only skips the loop
+                valid = valid & (rows >= S)
+                s_loop = tl.where(pid * BLOCK_M + BLOCK_M <= S, 0, S)
+            lmask = valid[:, None] & (offs_d[None, :] < D)
+            q = tl.load(_head(Q, n, h, sqn, sqh, ALIGN) + rows[:, None] * sqr + offs_d[None, :] * sqd, mask=lmask,
+                        other=0.0)
+            do = tl.load(_head(DO, n, h, sdn, sdh, ALIGN) + rows[:, None] * sdr + offs_d[None, :] * sdd, mask=lmask,
+                         other=0.0)
+            lse = tl.load(LSE + pid_nh * R + rows, mask=valid, other=0.0)
+            delta = tl.load(DELTA + pid_nh * R + rows, mask=valid, other=0.0)
+            dq = _dq(K, V, q, do, lse, delta, n, h, s_loop, skn, skh, sks, skd, svn, svh, svs, svd,
                      QK_SCALE, D, BLOCK_D, ALIGN, BLOCK_M, BLOCK_N)
             tl.store(_head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :],
                      (dq * SM_SCALE).to(DQ.dtype.element_ty), mask=rmask)
@@ -264,7 +291,7 @@ if triton is not None:
 
     @triton_op("nanotabpfn::datapoint_attention_fwd", mutates_args=())
     def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_keys: torch.Tensor | None,
-                       scale: float, config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                       test_rows_only: bool, scale: float, config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """out (N, H, R, D) and the log2-domain logsumexp lse (N*H, R) fp32 that the backward needs."""
         cfg = _config(config)
         n, heads, rows, d = q.shape
@@ -278,12 +305,14 @@ if triton is not None:
             q, k, v, out, lse, num_keys if num_keys is not None else lse, rows, keys, full, heads, *q.stride(),
             *k.stride(), *v.stride(), *out.stride(), QK_SCALE=scale * LOG2E, D=d, BLOCK_D=_block_d(d),
             ALIGN=_align(q, k, v, out), BLOCK_M=cfg.fwd_block_m, BLOCK_N=cfg.fwd_block_n,
-            KEYS_IN_MEMORY=num_keys is not None, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages)
+            KEYS_IN_MEMORY=num_keys is not None, TEST_ROWS_ONLY=test_rows_only, num_warps=cfg.fwd_warps,
+            num_stages=cfg.fwd_stages)
         return out, lse
 
     @triton_op("nanotabpfn::datapoint_attention_bwd", mutates_args=())
     def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                       dout: torch.Tensor, num_keys: torch.Tensor | None, scale: float, config: list[int]
+                       dout: torch.Tensor, num_keys: torch.Tensor | None, test_rows_only: bool, scale: float,
+                       config: list[int]
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """dq (N, H, R, D), dk and dv (N, H, S, D), each laid out rows-major."""
         cfg = _config(config)
@@ -304,7 +333,7 @@ if triton is not None:
                 *dv.stride()[:3])
         meta = dict(QK_SCALE=scale * LOG2E, SM_SCALE=scale, D=d, BLOCK_D=block_d,
                     ALIGN=_align(q, k, v, dout, dq, dk, dv), ATOMIC_DQ=cfg.atomic_dq,
-                    KEYS_IN_MEMORY=num_keys is not None)
+                    KEYS_IN_MEMORY=num_keys is not None, TEST_ROWS_ONLY=test_rows_only)
         wrap_triton(_bwd_kernel)[(triton.cdiv(keys, cfg.kv_block_n), n * heads)](
             *args, **meta, BLOCK_M=cfg.kv_block_m, BLOCK_N=cfg.kv_block_n, KEY_PART=True,
             num_warps=cfg.kv_warps, num_stages=cfg.kv_stages)
@@ -315,23 +344,27 @@ if triton is not None:
         return dq.to(q.dtype), dk, dv
 
     def _setup_context(ctx, inputs, output):
-        q, k, v, num_keys, ctx.scale, ctx.config = inputs
+        q, k, v, num_keys, ctx.test_rows_only, ctx.scale, ctx.config = inputs
         ctx.save_for_backward(q, k, v, *output, num_keys)
 
     def _backward(ctx, dout, _dlse):
         *saved, num_keys = ctx.saved_tensors
-        grads = torch.ops.nanotabpfn.datapoint_attention_bwd(*saved, dout, num_keys, ctx.scale, ctx.config)
-        return *grads, None, None, None
+        grads = torch.ops.nanotabpfn.datapoint_attention_bwd(*saved, dout, num_keys, ctx.test_rows_only, ctx.scale,
+                                                             ctx.config)
+        return *grads, None, None, None, None
 
     register_autograd("nanotabpfn::datapoint_attention_fwd", _backward, setup_context=_setup_context)
 
 
 def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
-                        config: KernelConfig = DEFAULT_CONFIG, num_keys: torch.Tensor | None = None) -> torch.Tensor:
+                        config: KernelConfig = DEFAULT_CONFIG, num_keys: torch.Tensor | None = None,
+                        test_rows_only: bool = False) -> torch.Tensor:
     """softmax(q kᵀ * scale) v, differentiable: q (N, H, R, D), k and v (N, H, S, D), any strides, one dtype
     (bf16/fp16; fp32 runs tl.dot in tf32); scale defaults to 1/sqrt(D). num_keys, a 1-element integer tensor on
     q's device, makes only the first num_keys (1..S) rows of k, v keys, read by the kernels (no host sync; a CUDA
-    graph replays it); their other rows get zero gradients. Returns (N, H, R, D), a transposed view of
+    graph replays it); their other rows get zero gradients. test_rows_only (with num_keys, q's rows the same rows as
+    k's): query rows below num_keys output zero (so they pass no gradient), and the kernels skip them: the padded last
+    layer, whose train rows nobody reads. Returns (N, H, R, D), a transposed view of
     (N, R, H, D) memory, so the model's transpose(1, 2).reshape(N, R, H * D) is free."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"datapoint_attention wants 4-d (N, H, rows, D) tensors, got {q.dim()}/{k.dim()}/{v.dim()}-d")
@@ -353,6 +386,10 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
                                  or num_keys.dtype == torch.bool or num_keys.device != q.device):
         raise ValueError(f"datapoint_attention's num_keys must be one integer on {q.device}, got a "
                          f"{num_keys.dtype} tensor of shape {tuple(num_keys.shape)} on {num_keys.device}")
+    if test_rows_only and (num_keys is None or q.shape[2] != k.shape[2]):
+        raise ValueError(f"datapoint_attention's test_rows_only needs num_keys and as many query rows as key "
+                         f"rows, got num_keys {'None' if num_keys is None else 'given'}, q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}")
     if scale is not None and not scale > 0:   # the forward scales the row max once: it needs a positive scale
         raise ValueError(f"datapoint_attention needs a positive scale, got {scale}")
     if triton is None:
@@ -362,4 +399,5 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
                          f"got {q.device}")
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[3])
     num_keys = None if num_keys is None else num_keys.reshape(())
-    return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, num_keys, scale, _config_ints(config))[0]
+    return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, num_keys, test_rows_only, scale,
+                                                        _config_ints(config))[0]

@@ -23,15 +23,18 @@ HAS_GPU = HAS_TRITON and torch.cuda.is_available()
 # (N, H, R, S, D, layout): "views" = the model's transposed q/k/v views of one (N, R, 3, H, D) buffer with
 # sliced keys; "test-rows" = the same with queries from row S on (the last layer's shortcut); "padded" = views
 # of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads); "contiguous" = separate (N, H, rows, D) tensors;
-# "num-keys" = all R rows of k, v passed, the key count S in a device tensor (the padded step of --cuda-graphs).
+# "num-keys" = all R rows of k, v passed, the key count S in a device tensor (the padded step of --cuda-graphs);
+# "test-rows-only" = the same with test_rows_only (rows below S output zero: the padded last layer).
 CPU_CASES = [(2, 2, 37, 19, 24, "views"), (1, 2, 70, 1, 16, "views"), (1, 1, 33, 65, 64, "contiguous"),
              (1, 2, 45, 45, 40, "padded"), (2, 2, 37, 19, 24, "test-rows"), (2, 2, 37, 19, 24, "num-keys"),
-             (1, 2, 40, 1, 16, "num-keys"), (1, 1, 33, 33, 24, "num-keys")]
+             (1, 2, 40, 1, 16, "num-keys"), (1, 1, 33, 33, 24, "num-keys"), (2, 2, 37, 19, 24, "test-rows-only"),
+             (1, 2, 40, 1, 16, "test-rows-only"), (1, 1, 33, 33, 24, "test-rows-only")]
 GPU_CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3, 4, 4999, 1237, 24, "views"),
              (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 3, 300, 129, 40, "padded"),
              (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "test-rows"),
              (2, 4, 999, 998, 24, "test-rows"), (6, 4, 5000, 2500, 24, "num-keys"), (3, 4, 4999, 1, 24, "num-keys"),
-             (2, 4, 777, 777, 24, "num-keys")]
+             (2, 4, 777, 777, 24, "num-keys"), (6, 4, 5000, 2500, 24, "test-rows-only"),
+             (3, 4, 4999, 1, 24, "test-rows-only"), (2, 4, 777, 700, 24, "test-rows-only")]
 # Small tiles (many blocks, tails on every side) with other dQ warps and stages, and the atomic dQ path.
 SMALL = dict(fwd_block_m=16, fwd_block_n=16, kv_block_m=16, kv_block_n=16, q_block_m=16, q_block_n=16)
 CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2),
@@ -49,7 +52,7 @@ def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
     base = torch.randn(n, rows, 3, heads, width, generator=gen).to(device, dtype)[..., :d]
     q, k, v = (t.transpose(1, 2) for t in base.unbind(2))                 # (N, H, R, D) strided views
     q = q[:, :, keys:] if layout == "test-rows" else q
-    if layout != "num-keys":
+    if layout not in ("num-keys", "test-rows-only"):
         k, v = k[:, :, :keys], v[:, :, :keys]
     return [t.detach().requires_grad_() for t in (q, k, v)]
 
@@ -64,8 +67,9 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
     """{name: relative error} of out, dq, dk, dv against SDPA in fp32 on the same (rounded) inputs."""
     n, heads, rows, keys, d, layout = case
     q, k, v = make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed)
-    num_keys = torch.tensor(keys, device=device) if layout == "num-keys" else None
-    out = ta.datapoint_attention(q, k, v, config=config, num_keys=num_keys)
+    test_rows_only = layout == "test-rows-only"
+    num_keys = torch.tensor(keys, device=device) if layout in ("num-keys", "test-rows-only") else None
+    out = ta.datapoint_attention(q, k, v, config=config, num_keys=num_keys, test_rows_only=test_rows_only)
     assert out.shape == q.shape and out.dtype == dtype
     assert out.transpose(1, 2).is_contiguous()                             # (N, R, H, D) memory
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device)
@@ -74,10 +78,14 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
     ref_dtype = torch.float64 if device == "cpu" else torch.float32
     ref_in = [t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(ref_in[0], ref_in[1][:, :, :keys], ref_in[2][:, :, :keys])
+    if test_rows_only:   # the function the flag defines: rows below the keys are zero
+        ref = ref * (torch.arange(rows, device=device) >= keys).view(1, 1, -1, 1)
     ref_grads = torch.autograd.grad(ref, ref_in, grad.to(ref_dtype))   # zero past the keys
     for t in (out, *grads):
         assert torch.isfinite(t).all()
     assert not grads[1][:, :, keys:].any() and not grads[2][:, :, keys:].any()   # rows that are no keys: exactly 0
+    if test_rows_only:
+        assert not out[:, :, :keys].any() and not grads[0][:, :, :keys].any()   # train rows: exactly 0
     return {name: relative_error(a, b) for name, a, b in zip(("out", "dq", "dk", "dv"), (out, *grads),
                                                                  (ref, *ref_grads))}
 
@@ -100,7 +108,8 @@ def run_interpreter_cases():
     assert os.environ.get("TRITON_INTERPRET") == "1"
     _patch_interpreter()
     runs = [(case, CPU_CONFIGS[0], dtype) for case in CPU_CASES for dtype in (torch.float16, torch.float32)]
-    runs += [(case, config, torch.float16) for config in CPU_CONFIGS[1:] for case in CPU_CASES[:2]]
+    small_tile_cases = CPU_CASES[:2] + [case for case in CPU_CASES if case[5] == "test-rows-only"][:1]
+    runs += [(case, config, torch.float16) for config in CPU_CONFIGS[1:] for case in small_tile_cases]
     for case, config, dtype in runs:
         errors = errors_against_sdpa(case, dtype, "cpu", config)
         assert max(errors.values()) < (1e-2 if dtype == torch.float16 else 1e-4), (case, config, dtype, errors)
@@ -133,6 +142,10 @@ def test_rejects_bad_inputs():
     for bad in (torch.tensor([3, 4]), torch.tensor(3.0), torch.tensor(True), torch.tensor(3, device="meta")):
         with pytest.raises(ValueError, match="num_keys"):
             ta.datapoint_attention(q, kv, kv, num_keys=bad)
+    with pytest.raises(ValueError, match="test_rows_only needs num_keys"):
+        ta.datapoint_attention(q, q, q, test_rows_only=True)
+    with pytest.raises(ValueError, match="as many query rows"):
+        ta.datapoint_attention(q, kv, kv, num_keys=torch.tensor(3), test_rows_only=True)
     with pytest.raises(ValueError, match="int32"):
         big = torch.empty(2 ** 16, 2 ** 16, 16, device="meta").unsqueeze(1)     # no memory behind it
         ta.datapoint_attention(big, big, big)
