@@ -238,16 +238,15 @@ if triton is not None:
         else:
             rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
             rmask = (rows[:, None] < R) & (offs_d[None, :] < D)
+            q = _tile(Q, n, h, sqn, sqh, rows, sqr, sqd, R, offs_d, D, ALIGN)
+            do = _tile(DO, n, h, sdn, sdh, rows, sdr, sdd, R, offs_d, D, ALIGN)
             valid = rows < R
             s_loop = S
-            if TEST_ROWS_ONLY:   # train rows load as 0, so their dQ is 0; a block of them only skips the loop
+            if TEST_ROWS_ONLY:   # train rows as 0, so their dQ is 0; a block of them only skips the loop
                 valid = valid & (rows >= S)
+                q = tl.where(valid[:, None], q, 0.0)
+                do = tl.where(valid[:, None], do, 0.0)
                 s_loop = tl.where(pid * BLOCK_M + BLOCK_M <= S, 0, S)
-            lmask = valid[:, None] & (offs_d[None, :] < D)
-            q = tl.load(_head(Q, n, h, sqn, sqh, ALIGN) + rows[:, None] * sqr + offs_d[None, :] * sqd, mask=lmask,
-                        other=0.0)
-            do = tl.load(_head(DO, n, h, sdn, sdh, ALIGN) + rows[:, None] * sdr + offs_d[None, :] * sdd, mask=lmask,
-                         other=0.0)
             lse = tl.load(LSE + pid_nh * R + rows, mask=valid, other=0.0)
             delta = tl.load(DELTA + pid_nh * R + rows, mask=valid, other=0.0)
             dq = _dq(K, V, q, do, lse, delta, n, h, s_loop, skn, skh, sks, skd, svn, svh, svs, svd,
