@@ -190,7 +190,8 @@ def optimizations_block(session, args) -> list:
             ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
             ("--last-layer-target-only", m.last_layer_target_only,
              f"active: layer {m.num_layers} computes the target column only ("
-             + ("every row: the padded step" if c.cuda_graphs else "its test rows") + ")"),
+             + ("its test rows" if not c.cuda_graphs else "every row: the padded step"
+                + ("; triton attends from its test rows only" if m.attention == "triton" else "")) + ")"),
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
