@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint as grad_checkpoint
 SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton")
-FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast", "triton")
+FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 # Fields that set the model's size: a checkpoint's model is rebuilt from these.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
@@ -31,8 +31,8 @@ SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_
 @dataclass
 class ModelConfig:
     """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
-    triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, broadcast sums that
-    torch.compile fuses, or triton_attention's feature kernel), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
+    triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
+    torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
     (the last layer computes the target column only, and on unpadded tables only its test rows after the feature
     attention, on padded ones with "triton" only their datapoint attention: the decoder reads nothing else;
     off "mha")."""
@@ -116,12 +116,6 @@ def _triton_kernel():
     backward are triton_ops (no graph break) whose kernels take the scales as constexprs (no float for Inductor)."""
     from triton_attention import datapoint_attention
     return datapoint_attention
-
-
-def _triton_feature_kernel():
-    """triton_attention's feature kernel, imported lazily like _triton_kernel."""
-    from triton_attention import feature_attention
-    return feature_attention
 
 
 def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
@@ -335,10 +329,6 @@ class TransformerEncoderLayer(nn.Module):
             return attention(seqs, seqs, seqs, attn_mask=mask)[0].reshape(batch_size, rows, columns, embedding)
         batch_size, columns, rows, embedding = src.shape
         heads = attention.num_heads
-        if self.feature_attention == "triton":   # the kernel reads the packed projection: no q/k/v copies either way
-            qkv = F.linear(src, attention.in_proj_weight, attention.in_proj_bias)            # (B, C, R, 3E)
-            out = _triton_feature_kernel()(qkv, heads, column_keys, target_only)              # (B, Cq, R, E)
-            return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
         q, k, v = in_projection(attention, src)                              # (B, C, R, H, D) each
         if target_only:
             q = q[:, -1:]                                                    # (B, 1, R, H, D)

@@ -44,8 +44,7 @@ def build_parser():
     s.add_argument("--flash", dest="attention", action="store_const", const="sdpa",
                    help="the blog's --attention sdpa (the kernel that runs is printed at start)")
     s.add_argument("--feature-attention", choices=FEATURE_ATTENTIONS, default=m.feature_attention,
-                   help="feature attention off the mha path: SDPA, small matmuls, broadcasts --compile fuses, or "
-                        "one triton kernel (CUDA)")
+                   help="feature attention off the mha path: SDPA, small matmuls, or broadcasts --compile fuses")
     s.add_argument("--amp", choices=["off", "bf16"], default="off", help="bf16 autocast forward, fp32 weights/loss")
     s.add_argument("--compile", action="store_true", help="torch.compile the model (first steps compile; reported)")
     s.add_argument("--cuda-graphs", action="store_true", help="the whole step as one CUDA graph over padded shapes")
@@ -117,9 +116,6 @@ def check_flags(args, on_cuda: bool):
         (args.attention == "triton" and on_cuda and not triton_kernel_runs(),
          "--attention triton needs the triton package and a GPU with bf16 tensor cores (sm80+); "
          "use --attention flash"),
-        (args.feature_attention == "triton" and not (on_cuda and triton_kernel_runs()),
-         "--feature-attention triton needs the triton package and a CUDA GPU (sm80+); use --feature-attention "
-         "broadcast"),
         (args.attention == "flex" and not args.cuda_graphs,
          "--attention flex serves the padded step of --cuda-graphs; add --cuda-graphs"),
         (args.cuda_graphs and args.optimizer != "schedulefree",

@@ -46,8 +46,6 @@ class KernelConfig:
 
 
 DEFAULT_CONFIG = KernelConfig()
-# The feature attention's rows per program and warps: forward, then backward.
-FEATURE_CONFIG = (32, 4, 16, 4)
 
 if triton is not None:
     @triton.jit
@@ -256,113 +254,6 @@ if triton is not None:
             tl.store(_head(DQ, n, h, sqa_n, sqa_h, ALIGN) + rows[:, None] * sqa_r + offs_d[None, :],
                      (dq * SM_SCALE).to(DQ.dtype.element_ty), mask=rmask)
 
-if triton is not None:
-    @triton.jit
-    def _cell(ptr, b, col, rows, sb, sc, sr, offs_h, offs_d, R, H: tl.constexpr, D: tl.constexpr):
-        """One column's cells of the given rows, all heads: a (rows, HP, DP) fp32 tile, zero past R, H, D."""
-        offs = rows[:, None, None] * sr + offs_h[None, :, None] * D + offs_d[None, None, :]
-        mask = (rows[:, None, None] < R) & (offs_h[None, :, None] < H) & (offs_d[None, None, :] < D)
-        return tl.load(ptr + b * sb + col * sc + offs, mask=mask, other=0.0).to(tl.float32)
-
-    @triton.jit
-    def _store_cell(ptr, value, b, col, rows, sb, sc, sr, offs_h, offs_d, R, H: tl.constexpr, D: tl.constexpr):
-        offs = rows[:, None, None] * sr + offs_h[None, :, None] * D + offs_d[None, None, :]
-        mask = (rows[:, None, None] < R) & (offs_h[None, :, None] < H) & (offs_d[None, None, :] < D)
-        tl.store(ptr + b * sb + col * sc + offs, value.to(ptr.dtype.element_ty), mask=mask)
-
-    @triton.jit
-    def _only_keys(x, KEYS, j, HAS_KEYS: tl.constexpr, fill: tl.constexpr):
-        """x, or fill where column j is no key (with a key mask)."""
-        if HAS_KEYS:
-            x = tl.where(tl.load(KEYS + j) != 0, x, fill)
-        return x
-
-    # Rows, columns and the first query column vary per table: no specialization on them, one compilation.
-    @triton.jit(do_not_specialize=["R", "C", "Q0"])
-    def _feature_fwd_kernel(QKV, KEYS, O, LSE, R, C, Q0, sb, sc, sr, sob, soc, sor, H: tl.constexpr, D: tl.constexpr,
-                            HP: tl.constexpr, DP: tl.constexpr, QK_SCALE: tl.constexpr, HAS_KEYS: tl.constexpr,
-                            BLOCK_R: tl.constexpr):
-        """Each row's query cells (columns Q0..C) attend to its key cells: out (B, C-Q0, R, E) and the log2-domain
-        logsumexp LSE (B, C-Q0, R, HP) fp32. QKV is the packed in-projection (B, C, R, 3E), q | k | v."""
-        b = tl.program_id(1)
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        offs_h = tl.arange(0, HP)
-        offs_d = tl.arange(0, DP)
-        E: tl.constexpr = H * D
-        for i in range(Q0, C):
-            q = _cell(QKV, b, i, rows, sb, sc, sr, offs_h, offs_d, R, H, D)            # (BLOCK_R, HP, DP)
-            m = tl.full([BLOCK_R, HP], -1e30, tl.float32)   # finite: a first masked key adds exp2(-inf) = 0
-            l = tl.zeros([BLOCK_R, HP], tl.float32)
-            acc = tl.zeros([BLOCK_R, HP, DP], tl.float32)
-            for j in range(C):
-                k = _cell(QKV + E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-                v = _cell(QKV + 2 * E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-                s = _only_keys(tl.sum(q * k, 2) * QK_SCALE, KEYS, j, HAS_KEYS, float("-inf"))  # (BLOCK_R, HP)
-                m_new = tl.maximum(m, s)
-                alpha = tl.math.exp2(m - m_new)
-                p = tl.math.exp2(s - m_new)
-                l = l * alpha + p
-                acc = acc * alpha[:, :, None] + p[:, :, None] * v
-                m = m_new
-            _store_cell(O, acc / l[:, :, None], b, i - Q0, rows, sob, soc, sor, offs_h, offs_d, R, H, D)
-            lse_ptrs = LSE + ((b * (C - Q0) + i - Q0) * R + rows[:, None]) * HP + offs_h[None, :]
-            tl.store(lse_ptrs, m + tl.math.log2(l), mask=rows[:, None] < R)
-
-    @triton.jit
-    def _feature_scores(QKV, KEYS, O, DO, LSE, b, i, j, rows, k, v, sb, sc, sr, sob, soc, sor, offs_h, offs_d, R, C,
-                        Q0, H: tl.constexpr, D: tl.constexpr, HP: tl.constexpr, QK_SCALE: tl.constexpr,
-                        HAS_KEYS: tl.constexpr):
-        """Query cell i against one key cell (k, v): q_i, dO_i, P and dS = P (dP - delta), each (BLOCK_R, HP[, DP])."""
-        q = _cell(QKV, b, i, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-        do = _cell(DO, b, i - Q0, rows, sob, soc, sor, offs_h, offs_d, R, H, D)
-        o = _cell(O, b, i - Q0, rows, sob, soc, sor, offs_h, offs_d, R, H, D)
-        lse = tl.load(LSE + ((b * (C - Q0) + i - Q0) * R + rows[:, None]) * HP + offs_h[None, :],
-                      mask=rows[:, None] < R, other=0.0)
-        p = _only_keys(tl.math.exp2(tl.sum(q * k, 2) * QK_SCALE - lse), KEYS, j, HAS_KEYS, 0.0)
-        ds = p * (tl.sum(do * v, 2) - tl.sum(do * o, 2))    # delta = rowsum(dO * O), recomputed: no buffer
-        return q, do, p, ds
-
-    @triton.jit(do_not_specialize=["R", "C", "Q0"])
-    def _feature_bwd_kernel(QKV, KEYS, O, DO, LSE, DQKV, R, C, Q0, sb, sc, sr, sob, soc, sor, sdb, sdc, sdr,
-                            H: tl.constexpr, D: tl.constexpr,
-                            HP: tl.constexpr, DP: tl.constexpr, QK_SCALE: tl.constexpr, SM_SCALE: tl.constexpr,
-                            HAS_KEYS: tl.constexpr, BLOCK_R: tl.constexpr):
-        """DQKV (B, C, R, 3E), packed like QKV: dQ of the query cells (zero for columns below Q0), then dK, dV."""
-        b = tl.program_id(1)
-        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        offs_h = tl.arange(0, HP)
-        offs_d = tl.arange(0, DP)
-        E: tl.constexpr = H * D
-        zero = tl.zeros([BLOCK_R, HP, DP], tl.float32)
-        for i in range(0, Q0):   # columns that asked nothing: no gradient to their queries
-            _store_cell(DQKV, zero, b, i, rows, sdb, sdc, sdr, offs_h, offs_d, R, H, D)
-        for i in range(Q0, C):   # dQ_i = scale * sum_j dS_ij k_j
-            dq = zero
-            for j in range(C):
-                k = _cell(QKV + E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-                v = _cell(QKV + 2 * E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-                q, do, p, ds = _feature_scores(QKV, KEYS, O, DO, LSE, b, i, j, rows, k, v, sb, sc, sr, sob, soc,
-                                               sor, offs_h, offs_d, R, C, Q0, H, D, HP, QK_SCALE, HAS_KEYS)
-                dq += ds[:, :, None] * k
-            _store_cell(DQKV, dq * SM_SCALE, b, i, rows, sdb, sdc, sdr, offs_h, offs_d, R, H, D)
-        for j in range(C):       # dK_j = scale * sum_i dS_ij q_i, dV_j = sum_i P_ij dO_i
-            k = _cell(QKV + E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-            v = _cell(QKV + 2 * E, b, j, rows, sb, sc, sr, offs_h, offs_d, R, H, D)
-            dk = zero
-            dv = zero
-            for i in range(Q0, C):
-                q, do, p, ds = _feature_scores(QKV, KEYS, O, DO, LSE, b, i, j, rows, k, v, sb, sc, sr, sob, soc,
-                                               sor, offs_h, offs_d, R, C, Q0, H, D, HP, QK_SCALE, HAS_KEYS)
-                dk += ds[:, :, None] * q
-                dv += p[:, :, None] * do
-            _store_cell(DQKV + E, dk * SM_SCALE, b, j, rows, sdb, sdc, sdr, offs_h, offs_d, R, H, D)
-            _store_cell(DQKV + 2 * E, dv, b, j, rows, sdb, sdc, sdr, offs_h, offs_d, R, H, D)
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two >= n (tl.arange's lengths)."""
-    return 1 << (n - 1).bit_length()
-
 
 def _block_d(head_size: int) -> int:
     """The head size padded to a power of two >= 16 (tl.dot's smallest reduction)."""
@@ -463,50 +354,6 @@ if triton is not None:
 
     register_autograd("nanotabpfn::datapoint_attention_fwd", _backward, setup_context=_setup_context)
 
-    @triton_op("nanotabpfn::feature_attention_fwd", mutates_args=())
-    def _feature_fwd(qkv: torch.Tensor, column_keys: torch.Tensor | None, first_query: int, heads: int,
-                     config: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """out (B, C - first_query, R, E) and the log2-domain logsumexp (B, C - first_query, R, HP) fp32."""
-        batch, columns, rows, width = qkv.shape
-        e = width // 3
-        head_pad = _pow2(heads)
-        out = torch.empty(batch, columns - first_query, rows, e, device=qkv.device, dtype=qkv.dtype)
-        lse = torch.empty(batch, columns - first_query, rows, head_pad, device=qkv.device, dtype=torch.float32)
-        # Without column_keys, lse stands in for its pointer: HAS_KEYS=False never reads it.
-        wrap_triton(_feature_fwd_kernel)[(triton.cdiv(rows, config[0]), batch)](
-            qkv, column_keys if column_keys is not None else lse, out, lse, rows, columns, first_query,
-            *qkv.stride()[:3], *out.stride()[:3], H=heads, D=e // heads, HP=head_pad, DP=_pow2(e // heads),
-            QK_SCALE=(e // heads) ** -0.5 * LOG2E, HAS_KEYS=column_keys is not None, BLOCK_R=config[0],
-            num_warps=config[1])
-        return out, lse
-
-    @triton_op("nanotabpfn::feature_attention_bwd", mutates_args=())
-    def _feature_bwd(qkv: torch.Tensor, column_keys: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
-                     dout: torch.Tensor, first_query: int, heads: int, config: list[int]) -> torch.Tensor:
-        """d qkv (B, C, R, 3E), packed like qkv (zero dQ for the columns below first_query)."""
-        batch, columns, rows, width = qkv.shape
-        e = width // 3
-        dqkv = torch.empty(batch, columns, rows, width, device=qkv.device, dtype=qkv.dtype)
-        dout = dout.contiguous()   # autograd may hand over an expanded or transposed gradient
-        wrap_triton(_feature_bwd_kernel)[(triton.cdiv(rows, config[2]), batch)](
-            qkv, column_keys if column_keys is not None else lse, out, dout, lse, dqkv, rows, columns, first_query,
-            *qkv.stride()[:3], *out.stride()[:3], *dqkv.stride()[:3], H=heads, D=e // heads, HP=_pow2(heads),
-            DP=_pow2(e // heads), QK_SCALE=(e // heads) ** -0.5 * LOG2E, SM_SCALE=(e // heads) ** -0.5,
-            HAS_KEYS=column_keys is not None, BLOCK_R=config[2], num_warps=config[3])
-        return dqkv
-
-    def _feature_setup_context(ctx, inputs, output):
-        qkv, column_keys, ctx.first_query, ctx.heads, ctx.config = inputs
-        ctx.save_for_backward(qkv, column_keys, *output)
-
-    def _feature_backward(ctx, dout, _dlse):
-        qkv, column_keys, out, lse = ctx.saved_tensors
-        dqkv = torch.ops.nanotabpfn.feature_attention_bwd(qkv, column_keys, out, lse, dout, ctx.first_query,
-                                                          ctx.heads, ctx.config)
-        return dqkv, None, None, None, None
-
-    register_autograd("nanotabpfn::feature_attention_fwd", _feature_backward, setup_context=_feature_setup_context)
-
 
 def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None,
                         config: KernelConfig = DEFAULT_CONFIG, num_keys: torch.Tensor | None = None,
@@ -553,32 +400,3 @@ def datapoint_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     num_keys = None if num_keys is None else num_keys.reshape(())
     return torch.ops.nanotabpfn.datapoint_attention_fwd(q, k, v, num_keys, test_rows_only, scale,
                                                         _config_ints(config))[0]
-
-
-def feature_attention(qkv: torch.Tensor, heads: int, column_keys: torch.Tensor | None = None,
-                      target_only: bool = False, config: tuple[int, ...] = FEATURE_CONFIG) -> torch.Tensor:
-    """Each row's cells attend to each other, softmax over the key columns in fp32, differentiable: qkv (B, C, R, 3E)
-    is the packed in-projection (q | k | v, each `heads` heads of E // heads); column_keys (C,) bool marks the key
-    columns (None: all); target_only: the last column alone queries. Returns (B, Cq, R, E) in qkv's dtype, Cq = 1
-    with target_only, else C. One program holds a block of rows with every column and head: no (R, C, C) copies."""
-    if qkv.dim() != 4 or qkv.shape[3] % (3 * heads) or qkv.shape[1] < 1:
-        raise ValueError(f"feature_attention wants qkv (B, C, R, 3E) with E divisible by heads={heads}, got "
-                         f"{tuple(qkv.shape)}")
-    if qkv.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"feature_attention wants a float qkv, got {qkv.dtype}")
-    if column_keys is not None and (column_keys.shape != qkv.shape[1:2] or column_keys.dtype != torch.bool
-                                    or column_keys.device != qkv.device):
-        raise ValueError(f"feature_attention's column_keys must be ({qkv.shape[1]},) bool on {qkv.device}, got "
-                         f"{column_keys.dtype} {tuple(column_keys.shape)} on {column_keys.device}")
-    if qkv.stride(3) != 1:
-        qkv = qkv.contiguous()   # the kernels read each cell's 3E values as one run
-    if sum((size - 1) * stride for size, stride in zip(qkv.shape, qkv.stride())) >= 2 ** 31:
-        raise ValueError(f"feature_attention indexes with int32: a {tuple(qkv.shape)} qkv spans too much memory")
-    if triton is None:
-        raise RuntimeError("feature_attention needs triton (pip install triton)")
-    if qkv.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"feature_attention runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), "
-                         f"got {qkv.device}")
-    first_query = qkv.shape[1] - 1 if target_only else 0
-    return torch.ops.nanotabpfn.feature_attention_fwd(qkv, column_keys, first_query, heads,
-                                                      [*config, SOURCE_DIGEST])[0]

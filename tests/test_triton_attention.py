@@ -90,37 +90,6 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
                                                                  (ref, *ref_grads))}
 
 
-# Feature attention (B, C, R, H, D, column keys, target_only): tails on the rows, masked keys (a first masked key
-# included), one column, heads and head sizes that are no powers of two.
-FEATURE_CPU_CASES = [(2, 6, 19, 4, 24, (1, 0, 1, 0, 1, 1), False), (2, 6, 19, 4, 24, (0, 1, 1, 0, 1, 1), True),
-                     (1, 1, 5, 2, 16, None, False), (1, 9, 7, 3, 40, None, True)]
-FEATURE_GPU_CASES = [(6, 6, 5000, 4, 24, None, False), (6, 6, 5000, 4, 24, (1, 1, 0, 0, 1, 1), True),
-                     (3, 11, 999, 4, 24, (1,) * 7 + (0,) * 3 + (1,), False), (2, 2, 33, 6, 16, None, True)]
-
-
-def feature_errors_against_broadcast(case, dtype, device, config=ta.FEATURE_CONFIG, seed=0):
-    """{name: relative error} of out and d qkv against model.broadcast_attention in fp64 (CPU) / fp32 (GPU)."""
-    from model import broadcast_attention
-    batch, columns, rows, heads, d, keys, target_only = case
-    gen = torch.Generator().manual_seed(seed)
-    qkv = torch.randn(batch, columns, rows, 3 * heads * d, generator=gen).to(device, dtype).requires_grad_()
-    column_keys = None if keys is None else torch.tensor(keys, dtype=torch.bool, device=device)
-    out = ta.feature_attention(qkv, heads, column_keys, target_only, config)
-    assert out.shape == (batch, 1 if target_only else columns, rows, heads * d) and out.dtype == dtype
-    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 1)).to(device, dtype)
-    (dqkv,) = torch.autograd.grad(out, qkv, grad)
-    ref_in = qkv.detach().to(torch.float64 if device == "cpu" else torch.float32).requires_grad_()
-    q, k, v = ref_in.unflatten(-1, (3, heads, d)).unbind(-3)             # (B, C, R, H, D) each
-    ref = broadcast_attention(q[:, -1:] if target_only else q, k, v, column_keys).reshape(out.shape)
-    (ref_dqkv,) = torch.autograd.grad(ref, ref_in, grad.to(ref_in.dtype))
-    assert torch.isfinite(out).all() and torch.isfinite(dqkv).all()
-    if target_only:   # the columns that ask nothing get exactly zero dQ
-        assert not dqkv[:, :-1, :, :heads * d].any()
-    if keys is not None:   # columns that are no keys get exactly zero dK, dV
-        assert not dqkv[:, ~column_keys, :, heads * d:].any()
-    return {"out": relative_error(out, ref), "dqkv": relative_error(dqkv, ref_dqkv)}
-
-
 def _patch_interpreter():
     """Triton 3.6's interpreter int()s 1-element arrays, which numpy >= 2.4 refuses (fixed in Triton 3.7+)."""
     import triton.runtime.interpreter as interp
@@ -144,10 +113,6 @@ def run_interpreter_cases():
     for case, config, dtype in runs:
         errors = errors_against_sdpa(case, dtype, "cpu", config)
         assert max(errors.values()) < (1e-2 if dtype == torch.float16 else 1e-4), (case, config, dtype, errors)
-    for case in FEATURE_CPU_CASES:
-        for dtype, config in ((torch.float32, ta.FEATURE_CONFIG), (torch.float16, (8, 4, 4, 4))):
-            errors = feature_errors_against_broadcast(case, dtype, "cpu", config)
-            assert max(errors.values()) < (1e-2 if dtype == torch.float16 else 1e-5), (case, dtype, errors)
     print("interpreter cases passed")
 
 
@@ -191,21 +156,6 @@ def test_rejects_bad_inputs():
             ta.datapoint_attention(q, kv, kv, scale=scale)
 
 
-def test_feature_attention_rejects_bad_inputs():
-    qkv = torch.zeros(2, 6, 10, 3 * 96)
-    with pytest.raises(ValueError, match="divisible by heads"):
-        ta.feature_attention(qkv[0], 4)
-    with pytest.raises(ValueError, match="divisible by heads"):
-        ta.feature_attention(qkv[..., :-3], 4)
-    with pytest.raises(ValueError, match="float qkv"):
-        ta.feature_attention(qkv.long(), 4)
-    for bad in (torch.ones(5, dtype=torch.bool), torch.ones(6), torch.ones(6, dtype=torch.bool, device="meta")):
-        with pytest.raises(ValueError, match="column_keys"):
-            ta.feature_attention(qkv, 4, bad)
-    with pytest.raises(ValueError, match="int32"):
-        ta.feature_attention(torch.empty(2 ** 12, 2, 2 ** 12, 3 * 96, device="meta"), 4)
-
-
 def test_import_needs_no_triton():
     code = ("import sys, torch; sys.modules['triton'] = None; import triton_attention as ta\n"
             "try:\n    ta.datapoint_attention(*[torch.zeros(1, 1, 2, 8)] * 3)\n"
@@ -227,13 +177,6 @@ def test_interpreter_matches_sdpa():
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_gpu_matches_sdpa(case):
     errors = errors_against_sdpa(case, torch.bfloat16, "cuda")
-    assert max(errors.values()) < 2e-2, errors
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
-@pytest.mark.parametrize("case", FEATURE_GPU_CASES)
-def test_gpu_feature_attention_matches_broadcast(case):
-    errors = feature_errors_against_broadcast(case, torch.bfloat16, "cuda")
     assert max(errors.values()) < 2e-2, errors
 
 
@@ -275,33 +218,6 @@ def test_gpu_model_with_triton_and_the_last_layer_shortcut_matches_sdpa():
     (logits_ref, grads_ref), (logits_tri, grads_tri) = results
     assert logits_tri.shape == (2, 3001 - 1237, 2)
     assert relative_error(logits_tri, logits_ref) < 2e-2 and relative_error(grads_tri, grads_ref) < 5e-2
-
-
-@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
-def test_gpu_model_with_the_feature_kernel_matches_broadcast():
-    """The whole model in bf16, unpadded and padded (masked feature columns): the feature kernel against the
-    broadcast sums, the datapoint attention triton in both, the last layer on the target column."""
-    from model import ModelConfig, NanoTabPFNModel
-    torch.manual_seed(0)
-    models = [NanoTabPFNModel(ModelConfig(attention="triton", feature_attention=kind, last_layer_target_only=True))
-              .cuda() for kind in ("broadcast", "triton")]
-    models[1].load_state_dict(models[0].state_dict())
-    x, y = torch.randn(2, 1000, 7, device="cuda"), (torch.rand(2, 1000, device="cuda") < 0.5).float()
-    for padded in (False, True):
-        results = []
-        for model in models:
-            model.zero_grad()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                if padded:   # 5 of 7 features, 900 of 1000 rows: logits on rows 400..899
-                    logits = model.forward_padded(x, y, *(torch.tensor(n) for n in (400, 900, 5)))[:, 400:900]
-                else:
-                    logits = model((x, y[:, :400]), train_test_split_index=400)
-            logits = logits.float()
-            (logits * torch.linspace(-1, 1, logits.numel(), device="cuda").view_as(logits)).sum().backward()
-            results.append((logits, torch.cat([p.grad.flatten() for p in model.parameters()])))
-        (logits_ref, grads_ref), (logits_tri, grads_tri) = results
-        assert logits_tri.shape == (2, 600 if not padded else 500, 2)
-        assert relative_error(logits_tri, logits_ref) < 2e-2 and relative_error(grads_tri, grads_ref) < 5e-2, padded
 
 
 def test_source_digest_reaches_the_ops_arguments():
