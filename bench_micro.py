@@ -209,6 +209,26 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
     return {"first_ms": first, "times_ms": times}
 
 
+def time_step_attention(qkv, grad, split, columns, layers, device, repeats):
+    """ms of `repeats` calls (after 2 warm-ups) of the datapoint attention as the graphed --fast step calls it, fwd +
+    bwd: layers - 1 padded triton calls over every sequence, then the last layer's target column (every columns-th
+    sequence) attending from its test rows only (test_rows_only)."""
+    key_mask = torch.arange(qkv.shape[1], device=device) < split                 # (R,) the train rows, a prefix
+
+    def call():
+        for layer in range(layers):
+            last = layer == layers - 1
+            x, g = (qkv[columns - 1::columns], grad[columns - 1::columns]) if last else (qkv, grad)   # (N', R, 3, H, D)
+            q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))                 # (N', H, R, D) views
+            datapoint_attention(q, k, v, "triton", key_mask=key_mask, test_rows_only=last).backward(g)
+
+    for _ in range(2):
+        call()
+    times = [timed_ms(device, call) for _ in range(repeats)]
+    qkv.grad = None
+    return times
+
+
 def run_attention(shapes, device, repeats):
     """Every kernel of attention_kernels(device) at each workload's shape and split quantiles:
     {workload: {"N", "H", "R", "D", "layers", "dtype", "rows"}}, a row per (kernel, split)."""
@@ -224,7 +244,7 @@ def run_attention(shapes, device, repeats):
         qkv = torch.randn(N, R, 3, H, D, device=device, dtype=dtype, requires_grad=True)
         # The gradient in the layout the out-projection's backward hands the kernel: (N, R, H, D) memory.
         grad = torch.randn(N, R, H, D, device=device, dtype=dtype).transpose(1, 2)   # (N, H, R, D) view
-        rows = []
+        rows, step_rows = [], []
         for quantile, kernel in ((q, k) for w, q, k in plan if w == workload):
             split, t0 = max(1, min(R, int(R * quantile))), time.perf_counter()
             row = _attention_row(kernel, qkv, grad, split, device, repeats, layers)
@@ -232,8 +252,13 @@ def run_attention(shapes, device, repeats):
             progress.line(f"{workload} {kernel} split {split}", f"{row['median_ms']:.3f} ms (fwd+bwd, one layer), "
                           f"first call {row['first_ms']:.1f} ms" if row["status"] == "ok" else row["status"],
                           time.perf_counter() - t0)
+            if kernel == "triton-padded" and row["status"] == "ok":
+                times = time_step_attention(qkv, grad, split, shape["features"] + 1, layers, device, repeats)
+                step_rows.append({"split": split, "times_ms": times, "median_ms": statistics.median(times),
+                                  "min_ms": min(times), "max_ms": max(times), "full_layers_ms": row["per_step_ms"]})
         del qkv, grad
-        results[workload] = {"N": N, "H": H, "R": R, "D": D, "layers": layers, "dtype": str(dtype), "rows": rows}
+        results[workload] = {"N": N, "H": H, "R": R, "D": D, "layers": layers, "dtype": str(dtype), "rows": rows,
+                             "step_rows": step_rows}
     return results
 
 
@@ -280,6 +305,12 @@ def attention_lines(results, targets):
                 line += f", {100 * best['per_step_ms'] / targets[workload]:.0f}% of the {targets[workload]:g} ms " \
                         "step target"
             lines += ["", line]
+        if r.get("step_rows"):
+            lines += ["", f"As the graphed `--fast` step calls it (triton: {r['layers'] - 1} padded layers, then the "
+                      "last layer's target column from its test rows only), timed as one fwd + bwd sequence:", ""]
+            lines += table(["split S", "per step (ms)", "range", f"{r['layers']} full layers (ms)"], [
+                [row["split"], f"{row['median_ms']:.2f}", f"{row['min_ms']:.2f}–{row['max_ms']:.2f}",
+                 f"{row['full_layers_ms']:.2f}"] for row in r["step_rows"]])
         lines.append("")
     return lines
 

@@ -369,6 +369,26 @@ def test_attention_flop_and_hopper_floors_match_the_blog_numbers():
                                                                                    "flex", "triton-padded"}
 
 
+def test_step_attention_makes_the_graphed_steps_calls(monkeypatch):
+    """time_step_attention: layers - 1 full padded calls, then the target column (every C-th sequence) from its test
+    rows only, each with the train-row prefix as keys; the kernel stood in for by math SDPA (no GPU here)."""
+    import torch
+    import model
+    calls = []
+
+    def recorded(q, k, v, kernel, key_mask=None, test_rows_only=False):
+        calls.append((kernel, tuple(q.shape), int(key_mask.sum()), bool(key_mask[:4].all()), test_rows_only))
+        return model.datapoint_attention(q, k, v, "math", key_mask=key_mask)
+
+    monkeypatch.setattr(bench_micro, "datapoint_attention", recorded)
+    qkv = torch.randn(6, 10, 3, 2, 8, requires_grad=True)                 # B = 2 tables x C = 3 columns
+    grad = torch.randn(6, 10, 2, 8).transpose(1, 2)
+    times = bench_micro.time_step_attention(qkv, grad, 4, 3, 3, torch_device("cpu"), 2)
+    assert len(times) == 2 and all(t > 0 for t in times) and qkv.grad is None
+    assert calls[:3] == [("triton", (6, 2, 10, 8), 4, True, False)] * 2 + [("triton", (2, 2, 10, 8), 4, True, True)]
+    assert len(calls) == 4 * 3                                            # 2 warm-ups + 2 timed, 3 layers each
+
+
 def torch_device(name):
     import torch
     return torch.device(name)
