@@ -387,6 +387,9 @@ def test_step_attention_makes_the_graphed_steps_calls(monkeypatch):
     assert len(times) == 2 and all(t > 0 for t in times) and qkv.grad is None
     assert calls[:3] == [("triton", (6, 2, 10, 8), 4, True, False)] * 2 + [("triton", (2, 2, 10, 8), 4, True, True)]
     assert len(calls) == 4 * 3                                            # 2 warm-ups + 2 timed, 3 layers each
+    calls.clear()
+    bench_micro.time_step_attention(qkv, grad, 4, 3, 3, torch_device("cpu"), 1, last_layer_target_only=False)
+    assert calls[:3] == [("triton", (6, 2, 10, 8), 4, True, False)] * 3
 
 
 def torch_device(name):
