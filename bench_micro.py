@@ -219,7 +219,7 @@ def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last
     def call():
         for layer in range(layers):
             last = last_layer_target_only and layer == layers - 1
-            x, g = (qkv[columns - 1::columns], grad[columns - 1::columns]) if last else (qkv, grad)   # (N', R, 3, H, D)
+            x, g = (qkv[columns - 1::columns], grad[columns - 1::columns]) if last else (qkv, grad)  # (N', R, 3, H, D)
             q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))                 # (N', H, R, D) views
             datapoint_attention(q, k, v, "triton", key_mask=key_mask, test_rows_only=last).backward(g)
 
@@ -227,12 +227,12 @@ def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last
         call()   # why: compiles the kernels before the capture or the clock
     qkv.grad = None
     run = call
-    if device.type == "cuda":
-        run = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(run):
+    if device.type == "cuda":   # the step replays its launches as one graph: so does the clock (no host gaps)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
             call()
-        run = run.replay
-        run()
+        run = graph.replay
+        run()   # why: the first replay uploads the graph
     times = [timed_ms(device, run) for _ in range(repeats)]
     qkv.grad = None
     return times
