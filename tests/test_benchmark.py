@@ -237,7 +237,7 @@ def test_quick_ablation_writes_tables_traced_to_records(quick_run):
 def quick_mode(tmp_path, flag, name, workloads):
     """Runs `benchmark.py <flag> --quick` on CPU; returns its <name>.md text and <name>.json data."""
     out = tmp_path / name
-    proc = run_cli(flag, "--quick", "--out", str(out), "--workloads", workloads)
+    proc = run_cli(flag, "--quick", "--out", str(out), "--workloads", workloads, "--device", "cpu")   # GPU machines too
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return (out / f"{name}.md").read_text(), json.loads((out / f"{name}.json").read_text())
 
