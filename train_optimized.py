@@ -47,6 +47,9 @@ def build_parser():
                    help="feature attention off the mha path: SDPA, small matmuls, or broadcasts --compile fuses")
     s.add_argument("--amp", choices=["off", "bf16"], default="off", help="bf16 autocast forward, fp32 weights/loss")
     s.add_argument("--compile", action="store_true", help="torch.compile the model (first steps compile; reported)")
+    s.add_argument("--compile-tuning", action="store_true",
+                   help="with --compile: Inductor times its kernel choices (minutes more compiling; losses differ "
+                        "between compiles)")
     s.add_argument("--cuda-graphs", action="store_true", help="the whole step as one CUDA graph over padded shapes")
     s.add_argument("--fused-optimizer", action="store_true", help="graph-safe schedule-free AdamW (foreach kernels)")
     s.add_argument("--async-loss", action="store_true", help="read the loss every --log-every steps, not every step")
@@ -105,6 +108,7 @@ def check_flags(args, on_cuda: bool):
     """Combinations that cannot do what they say: one-line UsageError, before any work."""
     refusals = [
         (args.require_gds and args.loader != "bin", "--require-gds needs --loader bin (--gds-bin)"),
+        (args.compile_tuning and not args.compile, "--compile-tuning tunes what --compile compiles; add --compile"),
         (args.feature_attention != "sdpa" and args.attention == "mha",
          "--feature-attention chooses among the SDPA-path implementations; add --flash (or another --attention)"),
         (args.last_layer_target_only and args.attention == "mha",
@@ -181,6 +185,8 @@ def optimizations_block(session, args) -> list:
              + ("" if cuda else " (CPU autocast: slow, for checking only)")),
             ("--compile", c.compile, "active: torch.compile" + (" of forward_padded (static shapes)" if c.cuda_graphs
                                                                else " (dynamic split and rows)")),
+            ("--compile-tuning", c.compile_tuning, "active: Inductor's max-autotune (GEMM templates) and "
+             "coordinate-descent tuning; a cold compile takes minutes"),
             ("--cuda-graphs", c.cuda_graphs, "active: one CUDA graph per step over zero-padded (B, R_max, F_max)"
              if cuda else "inactive: no CUDA here; the same static-shape padded step runs eagerly"),
             ("--fused-optimizer", c.fused_optimizer, "active: schedule-free AdamW in foreach kernels"

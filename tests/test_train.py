@@ -343,7 +343,7 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--attention", "cudnn"], "CUDA kernel"),
     (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "-1e-3"], "--lr"), (["--lr", "0"], "--lr"),
     (["--steps", "0"], "--steps"), (["--time-budget", "-5"], "--time-budget"), (["--save-every", "-1"], "--save-every"),
-    (["--require-gds"], "--loader bin"),
+    (["--require-gds"], "--loader bin"), (["--compile-tuning"], "add --compile"),
     (["--embedding-size", "50"], "divisible"), (["--num-layers", "0"], "--num-layers"),
 ])
 def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
