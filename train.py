@@ -107,7 +107,7 @@ class TrainConfig:
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
     compile: bool = False
-    compile_tuning: bool = False     # Inductor's max-autotune and coordinate-descent tuning for --compile
+    compile_tuning: bool = False     # Inductor's coordinate-descent tuning of its kernels for --compile
     cuda_graphs: bool = False
     fused_optimizer: bool = False
     async_loss: bool = False         # read the loss back every log_every steps instead of every step
@@ -569,9 +569,9 @@ def execute(session: Session) -> int:
         from torch.nn.parallel import DistributedDataParallel
         # Gradients are averaged over ranks inside backward (bucketed, overlapping it): every rank takes the same step.
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if c.compile_tuning:   # read when the first step compiles: GEMM templates beside cuBLAS, kernel configs timed
+    if c.compile_tuning:   # read when the first step compiles: each generated kernel's launch config is timed
         import torch._inductor.config as inductor
-        inductor.max_autotune = inductor.coordinate_descent_tuning = True
+        inductor.coordinate_descent_tuning = True
     if c.compile and not c.cuda_graphs:     # the graphed step compiles forward_padded itself
         model = torch.compile(model)
     suite = None if (c.no_eval or session.rank != 0) else eval_suite(c.eval_suite)

@@ -185,8 +185,8 @@ def optimizations_block(session, args) -> list:
              + ("" if cuda else " (CPU autocast: slow, for checking only)")),
             ("--compile", c.compile, "active: torch.compile" + (" of forward_padded (static shapes)" if c.cuda_graphs
                                                                else " (dynamic split and rows)")),
-            ("--compile-tuning", c.compile_tuning, "active: Inductor's max-autotune (GEMM templates) and "
-             "coordinate-descent tuning; a cold compile takes minutes"),
+            ("--compile-tuning", c.compile_tuning, "active: Inductor's coordinate-descent tuning of its kernels; a "
+             "cold compile takes minutes, and losses differ between compiles"),
             ("--cuda-graphs", c.cuda_graphs, "active: one CUDA graph per step over zero-padded (B, R_max, F_max)"
              if cuda else "inactive: no CUDA here; the same static-shape padded step runs eagerly"),
             ("--fused-optimizer", c.fused_optimizer, "active: schedule-free AdamW in foreach kernels"
