@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Inductor's tuning switches on blog --fast, no code change: names WORK-VARIANT-N, VARIANT bc (as it is),
 # ma (TORCHINDUCTOR_MAX_AUTOTUNE=1: Triton GEMM templates beside cuBLAS, epilogues fused), cd
-# (TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1: tuned pointwise / reduction configs), macd (both). Each variant has its
+# (TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1: tuned pointwise / reduction configs), macd (both), tune (--fast --compile-tuning:
+# both switches at d4693cc, coordinate descent only since 9e3cbc9). Each variant has its
 # own Inductor cache (its second run reuses its tuning); runs interleaved in argv order.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wsf/*.whl \
