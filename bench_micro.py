@@ -32,6 +32,8 @@ TENSOR_CORE_FLOPS = 700e12
 SFU_EXP_PER_S = 132 * 16 * 1.98e9
 TENSOR_CORE_HEAD_DIM = 32   # the MMA tiles pad a head dim of 24 to 32
 BACKWARD_FLOP_FACTOR = 2.5  # backward FLOP = 2.5 x forward (FlashAttention's convention)
+GRAPH_CLOCK = ("CUDA events around a CUDA graph replay of each call, as the graphed step runs (clock: graph); "
+               "eager, with its host gaps, where a kernel cannot be captured")
 
 
 def _sync(device):
@@ -180,10 +182,23 @@ def attention_floors_ms(N, H, R, S, D):
             "tensor_core_ms": attention_flop(N, H, R, S, D, padded) / TENSOR_CORE_FLOPS * 1e3}
 
 
+def replayed(call, device):
+    """call, or on CUDA one CUDA graph of it replayed: the clock sees the GPU work alone, as in the graphed step
+    (no host gaps between the launches). Run call() twice before, to compile and plan outside the capture."""
+    if device.type != "cuda":
+        return call
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()   # why: the first replay uploads the graph
+    return graph.replay
+
+
 def time_attention(kernel, qkv, grad, split, device, repeats):
-    """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups}
-    of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R, masked;
-    triton-padded: all R, the count read on the GPU, as in the padded --cuda-graphs step)."""
+    """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups,
+    "clock"} of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R,
+    masked; triton-padded: all R, the count read on the GPU, as in the padded --cuda-graphs step). On CUDA each call
+    is a CUDA graph replay; a kernel that cannot be captured is timed eagerly, and "clock" says which."""
     fn, block_mask, key_mask, keys = datapoint_attention, None, None, slice(0, split)
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)
@@ -202,11 +217,19 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
     call()
     _sync(device)   # why: the first call's cost includes its GPU work
     first = (time.perf_counter() - t0) * 1e3
-    for _ in range(2):
-        call()
-    times = [timed_ms(device, call) for _ in range(repeats)]
+    call()
     qkv.grad = None
-    return {"first_ms": first, "times_ms": times}
+    clock = "graph" if device.type == "cuda" else "host"
+    try:
+        run = replayed(call, device)
+    except Exception as e:   # e.g. a kernel that syncs or plans on the host: timed eagerly, with its host gaps
+        torch.cuda.synchronize(device)
+        qkv.grad = None
+        call()   # why: a warm eager call after the failed capture
+        run, clock = call, f"eager ({one_line(e)[:60]})"
+    times = [timed_ms(device, run) for _ in range(repeats)]
+    qkv.grad = None
+    return {"first_ms": first, "times_ms": times, "clock": clock}
 
 
 def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last_layer_target_only=True):
@@ -226,13 +249,7 @@ def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last
     for _ in range(2):
         call()   # why: compiles the kernels before the capture or the clock
     qkv.grad = None
-    run = call
-    if device.type == "cuda":   # the step replays its launches as one graph: so does the clock (no host gaps)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            call()
-        run = graph.replay
-        run()   # why: the first replay uploads the graph
+    run = replayed(call, device)   # the step replays its launches as one graph: so does the clock
     times = [timed_ms(device, run) for _ in range(repeats)]
     qkv.grad = None
     return times
@@ -302,11 +319,13 @@ def attention_lines(results, targets):
         lines += [f"## {workload} workload", "",
                   f"N = B x C = {r['N']} sequences, H = {r['H']} heads of D = {r['D']}, R = {r['R']} rows", ""]
         lines += table(["kernel", "split S", "fwd+bwd, one layer (ms)", "range", "per step, all layers (ms)",
-                        "TFLOP/s", "SFU floor (ms, share)", "tensor-core floor (ms, share)", "first call (ms)"], [
-            [row["kernel"], row["split"], row["status"], "", "", "", "", "", ""] if row["status"] != "ok" else
+                        "TFLOP/s", "SFU floor (ms, share)", "tensor-core floor (ms, share)", "first call (ms)",
+                        "clock"], [
+            [row["kernel"], row["split"], row["status"], "", "", "", "", "", "", ""] if row["status"] != "ok" else
             [row["kernel"], row["split"], f"{row['median_ms']:.3f}", f"{row['min_ms']:.3f}–{row['max_ms']:.3f}",
              f"{row['per_step_ms']:.2f}", f"{row['tflops']:.3g}", f"{row['sfu_ms']:.3f} ({share(row['sfu_share'])})",
-             f"{row['tensor_core_ms']:.3f} ({share(row['tensor_core_share'])})", f"{row['first_ms']:.1f}"]
+             f"{row['tensor_core_ms']:.3f} ({share(row['tensor_core_share'])})", f"{row['first_ms']:.1f}",
+             row["clock"]]
             for row in r["rows"]])
         median_split = max(1, min(r["R"], int(r["R"] * 0.5)))
         ok = [row for row in r["rows"] if row["status"] == "ok" and row["split"] == median_split]
@@ -338,7 +357,7 @@ def attention_method_lines(dtype, repeats, cuda, layers):
         f"(N, R, 3, H, D) {dtype.replace('torch.', '')} buffer as the model's in-projection writes them; every "
         "row queries the first S rows (sliced keys), except flex and triton-padded: all R keys under the block mask "
         f"or with the key count in device memory, as in the padded --cuda-graphs step; median of {repeats} calls "
-        f"after 2 warm-ups, timed with {'CUDA events' if cuda else 'the host clock'}",
+        f"after 2 warm-ups, timed with {GRAPH_CLOCK if cuda else 'the host clock'}",
         "- first call: host clock, includes per-shape work (cuDNN plans every new split length; flex compiles); "
         f"TFLOP/s counts 4·N·H·R·S·D forward and {BACKWARD_FLOP_FACTOR:g}x that backward",
         f"- floors (H100/H200): SFU = 2·N·H·R·S exponentials (forward + backward recomputation) at "

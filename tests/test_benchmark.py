@@ -9,11 +9,14 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import bench_micro
 import bench_report as br
 import benchmark
+import model
 from profile_utils import format_ms
+from train_optimized import triton_kernel_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -264,10 +267,35 @@ def test_attention_quick_on_cpu_times_every_kernel_at_every_split(tmp_path):
         assert {(r["kernel"], r["split"]) for r in result["rows"]} == {(k, s) for k in ("math", "flash")
                                                                         for s in splits}
         for row in result["rows"]:
-            assert row["status"] == "ok" and row["median_ms"] > 0
+            assert row["status"] == "ok" and row["median_ms"] > 0 and row["clock"] == "host"
             assert row["per_step_ms"] == pytest.approx(3 * row["median_ms"])
             assert f"| {row['kernel']} | {row['split']} | {row['median_ms']:.3f} |" in md
     assert "fastest at the median split" in md
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("kernel", ["flash", "triton-padded"])
+def test_attention_timer_replays_a_graph_that_computes_the_eager_gradient(kernel):
+    """The per-kernel rows time a CUDA graph replay: it must compute what an eager call computes."""
+    if kernel == "triton-padded" and not triton_kernel_runs():
+        pytest.skip("the triton kernel does not run here")
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    qkv = torch.randn(12, 300, 3, 4, 24, device=device, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(12, 300, 4, 24, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    t = bench_micro.time_attention(kernel, qkv, grad, 150, device, 3)
+    assert t["clock"] == "graph" and len(t["times_ms"]) == 3 and qkv.grad is None
+    name, mask = ("triton", torch.arange(300, device=device) < 150) if kernel == "triton-padded" else (kernel, None)
+    keys = slice(None) if mask is not None else slice(0, 150)
+
+    def call():
+        q, k, v = (qkv[:, rows, i].transpose(1, 2) for i, rows in ((0, slice(None)), (1, keys), (2, keys)))
+        model.datapoint_attention(q, k, v, name, key_mask=mask).backward(grad)
+
+    call()
+    eager, qkv.grad = qkv.grad.clone(), None
+    bench_micro.replayed(call, device)()
+    torch.testing.assert_close(qkv.grad, eager, rtol=2e-2, atol=2e-2)   # FA2's dq sums in any order
 
 
 def test_scaling_rows_throughput_and_efficiency():
