@@ -23,7 +23,7 @@ LOADER_WARMUP = 10   # untimed batches per loader (thread start-up, first reads,
 ATTENTION_KERNELS = [
     ("math", ("cpu",), "all"), ("flash", ("cpu", "cuda"), "all"), ("cudnn", ("cuda",), "all"),
     ("efficient", ("cuda",), "all"), ("flex", ("cuda",), "median"), ("triton", ("cuda",), "all"),
-    ("triton-padded", ("cuda",), "all")]
+    ("triton-padded", ("cuda",), "all"), ("fa4", ("cuda",), "all"), ("fa4-padded", ("cuda",), "all")]
 # The prior draws the split as int(R * U(0.1, 0.9)): these are its 10th, 50th and 90th percentiles.
 ATTENTION_SPLIT_QUANTILES = (0.18, 0.5, 0.82)
 # Hopper floors (H100 SXM / H200): bf16 dense tensor-core FLOP/s reachable by an attention kernel, and
@@ -197,15 +197,15 @@ def replayed(call, device):
 def time_attention(kernel, qkv, grad, split, device, repeats):
     """{"first_ms" (host clock, with per-shape planning or compiling), "times_ms" of `repeats` calls after 2 warm-ups,
     "clock"} of fwd + bwd on q/k/v views of the (N, R, 3, H, D) buffer; keys: the first `split` rows (flex: all R,
-    masked; triton-padded: all R, the count read on the GPU, as in the padded --cuda-graphs step). On CUDA each call
+    masked; *-padded: all R, the count read on the GPU, as in the padded --cuda-graphs step). On CUDA each call
     is a CUDA graph replay; a kernel that cannot be captured is timed eagerly, and "clock" says which."""
     fn, block_mask, key_mask, keys = datapoint_attention, None, None, slice(0, split)
     if kernel == "flex":
         fn = torch.compile(datapoint_attention, dynamic=False)
         block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
         keys = slice(None)
-    if kernel == "triton-padded":
-        kernel, key_mask, keys = "triton", torch.arange(qkv.shape[1], device=device) < split, slice(None)
+    if kernel.endswith("-padded"):
+        kernel, key_mask, keys = kernel[:-7], torch.arange(qkv.shape[1], device=device) < split, slice(None)
 
     def call():
         q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view
@@ -355,7 +355,7 @@ def attention_method_lines(dtype, repeats, cuda, layers):
     return [
         f"- method: one layer's model.datapoint_attention, forward + backward, on q/k/v views of one "
         f"(N, R, 3, H, D) {dtype.replace('torch.', '')} buffer as the model's in-projection writes them; every "
-        "row queries the first S rows (sliced keys), except flex and triton-padded: all R keys under the block mask "
+        "row queries the first S rows (sliced keys), except flex and *-padded: all R keys under the block mask "
         f"or with the key count in device memory, as in the padded --cuda-graphs step; median of {repeats} calls "
         f"after 2 warm-ups, timed with {GRAPH_CLOCK if cuda else 'the host clock'}",
         "- first call: host clock, includes per-shape work (cuDNN plans every new split length; flex compiles); "

@@ -45,6 +45,7 @@ CONFIGS = [
     ("+last-layer-target-only", FAST_STACK + ["--attention", "flash", "--last-layer-target-only"], "beyond"),
     ("+triton", FAST_STACK + ["--attention", "triton", "--last-layer-target-only"], "beyond"),
     ("+triton-graphs", FAST_STACK + ["--attention", "triton", "--last-layer-target-only", "--cuda-graphs"], "beyond"),
+    ("+fa4-graphs", FAST_STACK + ["--attention", "fa4", "--last-layer-target-only", "--cuda-graphs"], "beyond"),
     ("+cuda-graphs", FAST_STACK + ["--cuda-graphs"], "beyond"),
     ("+flex", FAST_STACK + ["--cuda-graphs", "--attention", "flex"], "beyond"), ("fast", ["--fast"], "beyond")]
 FLAGS = {name: flags for name, flags, _ in CONFIGS}
@@ -64,7 +65,8 @@ QUICK_WORKLOADS = {
 # only while TRAIN_SOURCES' digest matches.
 TRAIN_SOURCES = ("train.py", "train_optimized.py")
 MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
-                    "graphed_step.py", "triton_attention.py", "profile_utils.py", "prior_dump.py", "runtime.py")
+                    "graphed_step.py", "triton_attention.py", "fa4_attention.py", "profile_utils.py", "prior_dump.py",
+                    "runtime.py")
 # The least value of each numeric flag (argument name: least).
 LEAST = dict(repeats=1, run_timeout=1, loader_batches=1, h2d_mib=1, steps=1, batch_size=1, rows=1, features=1,
              num_datasets=1, timing_warmup=0)

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint as grad_checkpoint
 # SDPA pinned to one kernel: a call that kernel cannot serve raises instead of falling back.
 SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton")
+ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton", "fa4")
 FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 # Fields that set the model's size: a checkpoint's model is rebuilt from these.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
@@ -31,7 +31,8 @@ SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_
 @dataclass
 class ModelConfig:
     """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
-    triton_attention's kernel), feature_attention off "mha" (SDPA, batched matmuls, or broadcast sums that
+    triton_attention's kernel, "fa4" FlashAttention-4's), feature_attention off "mha" (SDPA, batched matmuls, or
+    broadcast sums that
     torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
     (the last layer computes the target column only, and on unpadded tables only its test rows after the feature
     attention, on padded ones with "triton" only their datapoint attention: the decoder reads nothing else;
@@ -94,7 +95,7 @@ def train_key_block_mask(split: torch.Tensor, num_rows_max: int, device: torch.d
 
 def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask=None, test_rows_only=False):
     """softmax(q kᵀ / sqrt(D)) v on `kernel` (an attention name other than "mha"): q (N, H, R, D), k and v
-    (N, H, S, D) train rows, or all R rows with key_mask (R,) bool (on "triton": True on a prefix) / a flex
+    (N, H, S, D) train rows, or all R rows with key_mask (R,) bool (on "triton" and "fa4": True on a prefix) / a flex
     block_mask. test_rows_only (with key_mask): the caller reads only the rows past the keys; "triton" then
     skips the others and returns zeros there. Returns (N, H, R, D)."""
     if kernel == "flex":
@@ -106,6 +107,12 @@ def datapoint_attention(q, k, v, kernel: str = "sdpa", key_mask=None, block_mask
         # The padded step's key_mask marks a prefix (the train rows): the kernel reads its count on the GPU.
         return _triton_kernel()(q, k, v, num_keys=None if key_mask is None else key_mask.sum(),
                                 test_rows_only=test_rows_only and key_mask is not None)
+    if kernel == "fa4":
+        from fa4_attention import datapoint_attention as fa4   # lazily: flash-attn-4, CUDA
+        # FlashAttention-4 takes (N, R, H, D), the in-projection's memory: these transposes are views.
+        out = fa4(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                  num_keys=None if key_mask is None else key_mask.sum())
+        return out.transpose(1, 2)                                      # (N, H, R, D) view of (N, R, H, D)
     mask = None if key_mask is None else key_mask.view(1, 1, 1, -1)
     with contextlib.nullcontext() if kernel == "sdpa" else sdpa_kernel(SDPA_KERNELS[kernel]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -67,6 +67,13 @@ def triton_kernel_runs() -> bool:
             and torch.cuda.get_device_capability() >= (8, 0))
 
 
+def fa4_kernel_runs() -> bool:
+    """Whether --attention fa4 can run here: flash-attn-4 installed and a Hopper (sm90) or newer GPU."""
+    import importlib.util
+    return (importlib.util.find_spec("flash_attn") is not None and importlib.util.find_spec("flash_attn.cute")
+            is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0))
+
+
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
     args.loader = "resident" if args.loader == "h5" else args.loader
@@ -90,8 +97,9 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
     # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
-    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention == "triton" or not long_tables))
-    if not picking or args.attention == "triton":
+    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention in ("triton", "fa4")
+                                                                   or not long_tables))
+    if not picking or args.attention in ("triton", "fa4"):
         return []
     if args.cuda_graphs:
         args.attention = "flex"   # flash takes no mask; flex skips the padded key blocks
@@ -106,6 +114,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
 
 def check_flags(args, on_cuda: bool):
     """Combinations that cannot do what they say: one-line UsageError, before any work."""
+    head_dim = args.embedding_size // args.num_attention_heads
     refusals = [
         (args.require_gds and args.loader != "bin", "--require-gds needs --loader bin (--gds-bin)"),
         (args.compile_tuning and not args.compile, "--compile-tuning tunes what --compile compiles; add --compile"),
@@ -115,11 +124,15 @@ def check_flags(args, on_cuda: bool):
          "--last-layer-target-only runs on the SDPA-path layout; add --flash (or another --attention)"),
         (args.attention == "flash" and (args.amp != "bf16" or args.cuda_graphs),
          "--attention flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs (flash takes no key mask)"),
-        (args.attention in ("efficient", "cudnn", "triton") and not on_cuda,
+        (args.attention in ("efficient", "cudnn", "triton", "fa4") and not on_cuda,
          f"--attention {args.attention} is a CUDA kernel and this run is on the CPU"),
         (args.attention == "triton" and on_cuda and not triton_kernel_runs(),
          "--attention triton needs the triton package and a GPU with bf16 tensor cores (sm80+); "
          "use --attention flash"),
+        (args.attention == "fa4" and on_cuda and not fa4_kernel_runs(),
+         "--attention fa4 needs the flash-attn-4 package (requirements-gpu.txt) and a Hopper or newer GPU (sm90+)"),
+        (args.attention == "fa4" and (head_dim % 8 or not 8 <= head_dim <= 256),
+         f"--attention fa4 needs a head size that is a multiple of 8 in [8, 256], not {head_dim}"),
         (args.attention == "flex" and not args.cuda_graphs,
          "--attention flex serves the padded step of --cuda-graphs; add --cuda-graphs"),
         (args.cuda_graphs and args.optimizer != "schedulefree",
@@ -138,7 +151,8 @@ def attention_kernel(session) -> str:
     head_dim = cfg.embedding_size // cfg.num_attention_heads
     dtype = torch.bfloat16 if session.config.amp == "bf16" else torch.float32
     what = f"{str(dtype).replace('torch.', '')}, head dim {head_dim}"
-    fixed = {"triton": "triton" + (", key count of the padded step read on the GPU" if graphs else ""),
+    counted = ", key count of the padded step read on the GPU" if graphs else ""
+    fixed = {"triton": "triton" + counted, "fa4": "FlashAttention-4 (flash-attn-4, CuTe DSL)" + counted,
              "flex": "flex_attention, block mask over the padded keys"}   # mha: never asked
     if cfg.attention in fixed:
         return f"{fixed[cfg.attention]} ({what})"
