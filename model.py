@@ -22,6 +22,9 @@ SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFF
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton", "fa4")
 FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
+# Head sizes at which flash-attn-4 4.0.0b36 matched fp32 SDPA on an H200 (tests/test_fa4_attention.py); at 16 its
+# sm90 backward returned a wrong dq (results/nvidia-h200/fa4/).
+FA4_HEAD_DIMS = (8, 24, 32, 40, 48, 64, 96, 128)
 # Fields that set the model's size: a checkpoint's model is rebuilt from these.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
@@ -66,6 +69,9 @@ class ModelConfig:
         # Inductor's flex_attention kernel needs a head size of at least 16.
         if self.attention == "flex" and self.embedding_size // self.num_attention_heads < 16:
             raise ValueError("attention='flex' needs a head size (embedding_size // num_attention_heads) >= 16")
+        if self.attention == "fa4" and self.embedding_size // self.num_attention_heads not in FA4_HEAD_DIMS:
+            raise ValueError(f"attention='fa4' runs at head sizes {FA4_HEAD_DIMS} (checked against SDPA), "
+                             f"not {self.embedding_size // self.num_attention_heads}")
         for name in ("grad_checkpoint", "last_layer_target_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from model import FA4_HEAD_DIMS, ModelConfig  # noqa: E402
 from test_gpu_train import dump, losses  # noqa: E402,F401  (the fixture and the run helper)
 from test_triton_attention import make_qkv, relative_error  # noqa: E402
 from train_optimized import fa4_kernel_runs  # noqa: E402
@@ -16,13 +17,15 @@ from train_optimized import fa4_kernel_runs  # noqa: E402
 needs_fa4 = pytest.mark.skipif(not fa4_kernel_runs(), reason="needs flash-attn-4 and an sm90+ GPU")
 # (N, H, R, S, D, layout) as in test_triton_attention; "num-keys": all R rows passed, the count S on the device.
 CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3, 4, 4999, 1237, 24, "views"),
-         (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 4, 1000, 517, 24, "contiguous"),
-         (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "num-keys"), (3, 4, 4999, 1, 24, "num-keys"),
-         (2, 4, 777, 777, 24, "num-keys"), (2, 4, 4999, 2501, 24, "num-keys")]
+         (2, 2, 777, 4097, 64, "views"), (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"),
+         (6, 4, 5000, 2500, 24, "num-keys"), (3, 4, 4999, 1, 24, "num-keys"), (2, 4, 777, 777, 24, "num-keys"),
+         (2, 4, 4999, 2501, 24, "num-keys")]
+# Every head size --attention fa4 accepts, sliced and padded (at 16 flash-attn-4 4.0.0b36 returned a wrong dq).
+HEAD_DIM_CASES = [(2, 2, 777, 333, d, layout) for d in FA4_HEAD_DIMS for layout in ("views", "num-keys")]
 
 
 @needs_fa4
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + HEAD_DIM_CASES)
 def test_gpu_matches_sdpa(case):
     from model import datapoint_attention
     n, heads, rows, keys, d, layout = case
@@ -77,3 +80,8 @@ def test_fa4_is_refused_where_it_cannot_run(capsys):
     import train_optimized
     assert train_optimized.main(["--attention", "fa4", "--device", "cpu", "--steps", "1"]) == 2
     assert "--attention fa4 is a CUDA kernel and this run is on the CPU" in capsys.readouterr().err
+    assert train_optimized.main(["--attention", "fa4", "--embedding-size", "64", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--attention fa4 runs at head sizes" in err and "not 16" in err, err
+    with pytest.raises(ValueError, match="runs at head sizes"):
+        ModelConfig(attention="fa4", embedding_size=64)   # head size 16: refused for every caller, not only the CLI
