@@ -35,11 +35,10 @@ SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_
 class ModelConfig:
     """Model size, and how it runs: attention (ATTENTIONS; "flex" serves forward_padded, "triton" is
     triton_attention's kernel, "fa4" FlashAttention-4's), feature_attention off "mha" (SDPA, batched matmuls, or
-    broadcast sums that
-    torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass), last_layer_target_only
-    (the last layer computes the target column only, and on unpadded tables only its test rows after the feature
-    attention, on padded ones with "triton" only their datapoint attention: the decoder reads nothing else;
-    off "mha")."""
+    broadcast sums that torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass),
+    last_layer_target_only (the last layer computes the target column only, and on unpadded tables only its test rows
+    after the feature attention, on padded ones with "triton" only their datapoint attention: the decoder reads
+    nothing else; off "mha")."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192

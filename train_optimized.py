@@ -125,6 +125,8 @@ def check_flags(args, on_cuda: bool):
          "--last-layer-target-only runs on the SDPA-path layout; add --flash (or another --attention)"),
         (args.attention == "flash" and (args.amp != "bf16" or args.cuda_graphs),
          "--attention flash needs --amp bf16 (no fp32 flash kernel) and no --cuda-graphs (flash takes no key mask)"),
+        (args.attention == "fa4" and args.amp != "bf16",
+         "--attention fa4 needs --amp bf16 (FlashAttention-4 has no fp32 kernel)"),
         (args.attention == "fa4" and head_dim not in FA4_HEAD_DIMS,
          f"--attention fa4 runs at head sizes {FA4_HEAD_DIMS} (checked against SDPA), not {head_dim}"),
         (args.attention in ("efficient", "cudnn", "triton", "fa4") and not on_cuda,

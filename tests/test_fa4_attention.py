@@ -79,9 +79,11 @@ def test_graphs_with_fa4_read_the_key_count_on_the_gpu(tmp_path, dump):  # noqa:
 
 def test_fa4_is_refused_where_it_cannot_run(capsys):
     import train_optimized
-    assert train_optimized.main(["--attention", "fa4", "--device", "cpu", "--steps", "1"]) == 2
+    assert train_optimized.main(["--attention", "fa4", "--amp", "bf16", "--device", "cpu", "--steps", "1"]) == 2
     assert "--attention fa4 is a CUDA kernel and this run is on the CPU" in capsys.readouterr().err
-    assert train_optimized.main(["--attention", "fa4", "--embedding-size", "64", "--steps", "1"]) == 2
+    assert train_optimized.main(["--attention", "fa4", "--steps", "1"]) == 2
+    assert "--attention fa4 needs --amp bf16" in capsys.readouterr().err
+    assert train_optimized.main(["--attention", "fa4", "--amp", "bf16", "--embedding-size", "64", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "--attention fa4 runs at head sizes" in err and "not 16" in err, err
     with pytest.raises(ValueError, match="runs at head sizes"):
