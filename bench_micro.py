@@ -205,7 +205,8 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
         block_mask = train_key_block_mask(torch.tensor(split, device=device), qkv.shape[1], device)
         keys = slice(None)
     if kernel.endswith("-padded"):
-        kernel, key_mask, keys = kernel[:-7], torch.arange(qkv.shape[1], device=device) < split, slice(None)
+        kernel, key_mask = kernel.removesuffix("-padded"), torch.arange(qkv.shape[1], device=device) < split
+        keys = slice(None)
 
     def call():
         q = qkv[:, :, 0].transpose(1, 2)                                              # (N, H, R, D), a view

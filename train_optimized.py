@@ -19,6 +19,8 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
+# Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
+KEY_COUNT_KERNELS = ("triton", "fa4")
 
 
 def build_parser():
@@ -60,18 +62,24 @@ def build_parser():
     return parser
 
 
-def triton_kernel_runs() -> bool:
-    """Whether --attention triton can run here: triton installed and a GPU with bf16 tensor cores (sm80+)."""
+def kernel_package_runs(module: str, capability: tuple) -> bool:
+    """Whether a packaged kernel can run here: `module` importable and a CUDA GPU of at least `capability`."""
     import importlib.util
-    return (importlib.util.find_spec("triton") is not None and torch.cuda.is_available()
-            and torch.cuda.get_device_capability() >= (8, 0))
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:   # a dotted name whose parent package is missing
+        found = False
+    return found and torch.cuda.is_available() and torch.cuda.get_device_capability() >= capability
+
+
+def triton_kernel_runs() -> bool:
+    """--attention triton: triton installed and a GPU with bf16 tensor cores (sm80+)."""
+    return kernel_package_runs("triton", (8, 0))
 
 
 def fa4_kernel_runs() -> bool:
-    """Whether --attention fa4 can run here: flash-attn-4 installed and a Hopper (sm90) or newer GPU."""
-    import importlib.util
-    return (importlib.util.find_spec("flash_attn") is not None and importlib.util.find_spec("flash_attn.cute")
-            is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0))
+    """--attention fa4: flash-attn-4 installed and a Hopper (sm90) or newer GPU."""
+    return kernel_package_runs("flash_attn.cute", (9, 0))
 
 
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
@@ -98,9 +106,9 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
     # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
-    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention in ("triton", "fa4")
+    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention in KEY_COUNT_KERNELS
                                                                    or not long_tables))
-    if not picking or args.attention in ("triton", "fa4"):
+    if not picking or args.attention in KEY_COUNT_KERNELS:
         return []
     if args.cuda_graphs:
         args.attention = "flex"   # flash takes no mask; flex skips the padded key blocks
