@@ -97,13 +97,17 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     args.amp = "bf16" if args.amp == "off" else args.amp
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
-    # Pick the kernel first: the triton kernel reads the key count on the GPU, so it serves the padded graphed step
-    # on every table length; flex (padded) and FlashAttention-2 (sliced) are the choices without it. --attention fa4
-    # is faster on long tables but not picked: its 1000-step loss curves are not yet shown to match (README "Speed").
+    # Pick the kernel first: triton and FlashAttention-4 read the key count on the GPU, so they serve the padded
+    # graphed step on every table length; flex (padded) and FlashAttention-2 (sliced) are the choices without them.
+    # FlashAttention-4 won on long tables in one process (blog 12.6 -> 11.7 ms/step, same loss curves over 16 seeds),
+    # triton on short ones (upstream 1.68 vs 1.84 ms/step); README "Speed".
     picking = args.attention in ("mha", "sdpa")
-    if picking and triton_kernel_runs():
-        args.attention = "triton"
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
+    head_dim = args.embedding_size // args.num_attention_heads
+    if picking and long_tables and world_size() == 1 and head_dim in FA4_HEAD_DIMS and fa4_kernel_runs():
+        args.attention = "fa4"
+    elif picking and triton_kernel_runs():
+        args.attention = "triton"
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
     # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
     args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention in KEY_COUNT_KERNELS

@@ -435,6 +435,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     import train_optimized
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: True)
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: False)
     parse = train_optimized.build_parser().parse_args
 
     def fast(argv, max_rows, on_cuda=True):
@@ -451,6 +452,16 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     ddp, notices = fast([], 5000)
     assert not ddp.cuda_graphs and ddp.attention == "triton" and not notices   # DDP's hooks: no graphs, sliced
     monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: True)
+    long_fa4, notices = fast([], 5000)
+    assert long_fa4.cuda_graphs and long_fa4.attention == "fa4" and not notices   # long tables, one process
+    assert fast([], 150)[0].attention == "triton"                                 # short tables: triton won
+    assert fast(["--embedding-size", "64"], 5000)[0].attention == "triton"        # head size 16: fa4 refuses it
+    assert fast(["--attention", "triton"], 5000)[0].attention == "triton"         # an explicit choice wins
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert fast([], 5000)[0].attention == "triton"                                # DDP: fa4 not measured there
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: False)
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
     no_triton, notices = fast([], 5000)
     assert not no_triton.cuda_graphs and no_triton.attention == "flash"
