@@ -233,11 +233,12 @@ def time_attention(kernel, qkv, grad, split, device, repeats):
     return {"first_ms": first, "times_ms": times, "clock": clock}
 
 
-def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last_layer_target_only=True):
-    """ms of `repeats` fwd + bwd passes of the datapoint attention as the graphed --fast step calls it: layers - 1
-    padded triton calls over every sequence, then the last layer's target column (every columns-th sequence)
-    attending from its test rows only (test_rows_only); without last_layer_target_only, `layers` full calls. On
-    CUDA the passes replay one CUDA graph, as the step does (no host gaps between the launches)."""
+def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last_layer_target_only=True,
+                        kernel="triton"):
+    """ms of `repeats` fwd + bwd passes of the datapoint attention as the graphed --fast step calls it on `kernel`
+    ("triton" or "fa4"): layers - 1 padded calls over every sequence, then the last layer's target column (every
+    columns-th sequence; triton attends from its test rows only, test_rows_only); without last_layer_target_only,
+    `layers` full calls. On CUDA the passes replay one CUDA graph, as the step does (no host gaps between launches)."""
     key_mask = torch.arange(qkv.shape[1], device=device) < split                 # (R,) the train rows, a prefix
 
     def call():
@@ -245,7 +246,7 @@ def time_step_attention(qkv, grad, split, columns, layers, device, repeats, last
             last = last_layer_target_only and layer == layers - 1
             x, g = (qkv[columns - 1::columns], grad[columns - 1::columns]) if last else (qkv, grad)  # (N', R, 3, H, D)
             q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))                 # (N', H, R, D) views
-            datapoint_attention(q, k, v, "triton", key_mask=key_mask, test_rows_only=last).backward(g)
+            datapoint_attention(q, k, v, kernel, key_mask=key_mask, test_rows_only=last).backward(g)
 
     for _ in range(2):
         call()   # why: compiles the kernels before the capture or the clock
@@ -279,11 +280,11 @@ def run_attention(shapes, device, repeats):
             progress.line(f"{workload} {kernel} split {split}", f"{row['median_ms']:.3f} ms (fwd+bwd, one layer), "
                           f"first call {row['first_ms']:.1f} ms" if row["status"] == "ok" else row["status"],
                           time.perf_counter() - t0)
-            if kernel == "triton-padded" and row["status"] == "ok":
-                step = {"split": split}
+            if kernel in ("triton-padded", "fa4-padded") and row["status"] == "ok":
+                step = {"kernel": kernel.removesuffix("-padded"), "split": split}
                 for key, target_only in (("step", True), ("full", False)):
                     times = time_step_attention(qkv, grad, split, shape["features"] + 1, layers, device, repeats,
-                                                target_only)
+                                                target_only, step["kernel"])
                     step |= {f"{key}_times_ms": times, f"{key}_median_ms": statistics.median(times),
                              f"{key}_min_ms": min(times), f"{key}_max_ms": max(times)}
                 step_rows.append(step)
@@ -339,12 +340,13 @@ def attention_lines(results, targets):
                         "step target"
             lines += ["", line]
         if r.get("step_rows"):
-            lines += ["", f"As the graphed `--fast` step calls it (triton: {r['layers'] - 1} padded layers, then the "
-                      f"last layer's target column from its test rows only) beside {r['layers']} full padded layers: "
-                      "fwd + bwd of all layers as one CUDA graph, replayed:", ""]
-            lines += table(["split S", "as the step calls it (ms)", "range", f"{r['layers']} full layers (ms)",
+            lines += ["", f"As the graphed `--fast` step calls it ({r['layers'] - 1} padded layers, then the last "
+                      "layer's target column; triton attends from its test rows only, fa4 from every row) beside "
+                      f"{r['layers']} full padded layers: fwd + bwd of all layers as one CUDA graph, replayed:", ""]
+            lines += table(["kernel", "split S", "as the step calls it (ms)", "range", f"{r['layers']} full layers (ms)",
                             "range"], [
-                [row["split"], f"{row['step_median_ms']:.2f}", f"{row['step_min_ms']:.2f}–{row['step_max_ms']:.2f}",
+                [row["kernel"], row["split"], f"{row['step_median_ms']:.2f}",
+                 f"{row['step_min_ms']:.2f}–{row['step_max_ms']:.2f}",
                  f"{row['full_median_ms']:.2f}", f"{row['full_min_ms']:.2f}–{row['full_max_ms']:.2f}"]
                 for row in r["step_rows"]])
         lines.append("")

@@ -418,6 +418,9 @@ def test_step_attention_makes_the_graphed_steps_calls(monkeypatch):
     calls.clear()
     bench_micro.time_step_attention(qkv, grad, 4, 3, 3, torch_device("cpu"), 1, last_layer_target_only=False)
     assert calls[:3] == [("triton", (6, 2, 10, 8), 4, True, False)] * 3
+    calls.clear()
+    bench_micro.time_step_attention(qkv, grad, 4, 3, 3, torch_device("cpu"), 1, kernel="fa4")
+    assert calls[:3] == [("fa4", (6, 2, 10, 8), 4, True, False)] * 2 + [("fa4", (2, 2, 10, 8), 4, True, True)]
 
 
 def torch_device(name):
