@@ -77,9 +77,11 @@ def triton_kernel_runs() -> bool:
     return kernel_package_runs("triton", (8, 0))
 
 
-def fa4_kernel_runs() -> bool:
-    """--attention fa4: flash-attn-4 installed and a Hopper (sm90) or newer GPU."""
-    return kernel_package_runs("flash_attn.cute", (9, 0))
+def fa4_kernel_runs(hopper_only: bool = False) -> bool:
+    """--attention fa4: flash-attn-4 installed and a Hopper (sm90) or newer GPU; hopper_only: sm90 itself, where its
+    head sizes and its speed were measured (--fast picks it only there)."""
+    runs = kernel_package_runs("flash_attn.cute", (9, 0))
+    return runs and (not hopper_only or torch.cuda.get_device_capability()[0] == 9)
 
 
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
@@ -104,14 +106,14 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     picking = args.attention in ("mha", "sdpa")
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
     head_dim = args.embedding_size // args.num_attention_heads
-    if picking and long_tables and world_size() == 1 and head_dim in FA4_HEAD_DIMS and fa4_kernel_runs():
+    one_process = world_size() == 1
+    if picking and long_tables and one_process and head_dim in FA4_HEAD_DIMS and fa4_kernel_runs(hopper_only=True):
         args.attention = "fa4"
     elif picking and triton_kernel_runs():
         args.attention = "triton"
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
     # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
-    args.cuda_graphs = args.cuda_graphs or (world_size() == 1 and (args.attention in KEY_COUNT_KERNELS
-                                                                   or not long_tables))
+    args.cuda_graphs = args.cuda_graphs or (one_process and (args.attention in KEY_COUNT_KERNELS or not long_tables))
     if not picking or args.attention in KEY_COUNT_KERNELS:
         return []
     if args.cuda_graphs:

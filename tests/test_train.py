@@ -435,7 +435,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     import train_optimized
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: True)
-    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: False)
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: False)
     parse = train_optimized.build_parser().parse_args
 
     def fast(argv, max_rows, on_cuda=True):
@@ -452,7 +452,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     ddp, notices = fast([], 5000)
     assert not ddp.cuda_graphs and ddp.attention == "triton" and not notices   # DDP's hooks: no graphs, sliced
     monkeypatch.delenv("WORLD_SIZE")
-    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: True)
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: True)
     long_fa4, notices = fast([], 5000)
     assert long_fa4.cuda_graphs and long_fa4.attention == "fa4" and not notices   # long tables, one process
     assert fast([], 150)[0].attention == "triton"                                 # short tables: triton won
@@ -461,7 +461,9 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert fast([], 5000)[0].attention == "triton"                                # DDP: fa4 not measured there
     monkeypatch.delenv("WORLD_SIZE")
-    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda: False)
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: not hopper_only)
+    assert fast([], 5000)[0].attention == "triton"                                # fa4 runs, but not on Hopper
+    monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: False)
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
     no_triton, notices = fast([], 5000)
     assert not no_triton.cuda_graphs and no_triton.attention == "flash"
