@@ -8,10 +8,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PANELS = [("--fast --attention fa4, lr 4e-3", "q-fa4-lr0.004-s*.json"), ("--fast (triton), lr 4e-3", "q-triton-lr0.004-s*.json"),
-          ("--fast --attention fa4, lr 2e-3", "q-fa4-lr0.002-s*.json"), ("--fast (triton), lr 2e-3", "q-triton-lr0.002-s*.json")]
-fig, axes = plt.subplots(1, len(PANELS), figsize=(18, 4.2), sharey=True)
-for ax, (title, pattern) in zip(axes, PANELS):
+PATHS = [("--fast --attention fa4", "q-fa4"), ("--fast (triton)", "q-triton"),
+         ("--fast --attention flash (FlashAttention-2, sliced)", "flash/q-flash")]
+PANELS = [(f"{name}, lr {lr}", f"{prefix}-lr{value}-s*.json") for lr, value in (("4e-3", "0.004"), ("2e-3", "0.002"))
+          for name, prefix in PATHS]
+fig, axes = plt.subplots(2, len(PATHS), figsize=(16, 8), sharey=True)
+for ax, (title, pattern) in zip(axes.flat, PANELS):
     files = sorted(glob.glob(os.path.join(HERE, pattern)))
     for f in files:
         losses = json.load(open(f))["extra"]["losses"]
@@ -22,8 +24,9 @@ for ax, (title, pattern) in zip(axes, PANELS):
     ax.axhline(0.6931, color="gray", ls=":", lw=1)
     ax.set_title(f"{title}: {len(files)} seeds", fontsize=10)
     ax.set_xlabel("step")
-axes[0].set_ylabel("training loss (50-step mean); dotted: ln 2")
-fig.suptitle("Blog workload, 1000 steps, H100, code 88ae419: red = stopped learning (mean loss of steps 901-1000 > 0.45)",
+for ax in axes[:, 0]:
+    ax.set_ylabel("training loss (50-step mean); dotted: ln 2")
+fig.suptitle("Blog workload, 1000 steps, H100 (fa4, triton: code 88ae419; flash: 09ca48c): red = stopped learning (mean loss of steps 901-1000 > 0.45)",
              fontsize=11)
 fig.tight_layout()
 fig.savefig(os.path.join(HERE, "loss-curves.png"), dpi=110)
