@@ -341,11 +341,6 @@ def profile_lines(base_tables, best_tables, best_name):
 
 # ---- Headers, files, progress --------------------------------------------------------------------
 
-def environment_of(records):
-    """The environment block (GPU name, versions) of the first record that has one, else {}."""
-    return next((record["environment"] for record in records if record.get("environment")), {})
-
-
 def device_name(env):
     """The accelerator the records ran on ("NVIDIA H200"), or "cpu"."""
     name = env.get("gpu_name")

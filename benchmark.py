@@ -283,7 +283,7 @@ def measured_env(runs, what, fallback):
         print(f"no {what} produced a record; nothing written (first error: "
               f"{next((r['error'] for r in runs if r['error']), 'none')})")
         return None
-    return br.environment_of([r["record"] for r in runs if r.get("record")]) or fallback
+    return next((r["record"]["environment"] for r in runs if (r.get("record") or {}).get("environment")), fallback)
 
 
 def load_previous(path, shapes, dumps, args):

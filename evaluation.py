@@ -190,12 +190,6 @@ def make_suite_eval(tasks=None, splits_per_task: int = 1, baselines_path: str = 
     return run
 
 
-def best_baseline(suite_run) -> tuple:
-    """(name, scores) of the baseline with the highest mean ROC AUC on a make_suite_eval run's splits."""
-    name = max(suite_run.baselines, key=lambda n: suite_run.baselines[n]["roc_auc"])
-    return name, suite_run.baselines[name]
-
-
 def first_time_passing(eval_history, baselines) -> dict:
     """{baseline: {"step", "train_seconds", "bar"} of the first entry of eval_history reaching it, or None}; the
     bar is the entry's same-split "baselines_roc_auc" when present, else the baseline's "roc_auc"."""

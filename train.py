@@ -613,7 +613,7 @@ def eval_suite(name: str):
     import evaluation
     if name in ("real", "real-all"):
         run = evaluation.make_suite_eval(splits_per_task=1 if name == "real" else None)
-        run.reference = lambda: evaluation.best_baseline(run)
+        run.reference = lambda: max(run.baselines.items(), key=lambda item: item[1]["roc_auc"])   # the best baseline
         return run
     splits = evaluation.eval_splits()
     run = functools.partial(evaluation.evaluate, splits=splits)

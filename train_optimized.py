@@ -100,9 +100,8 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
     # Pick the kernel first: triton and FlashAttention-4 read the key count on the GPU, so they serve the padded
-    # graphed step on every table length; flex (padded) and FlashAttention-2 (sliced) are the choices without them.
-    # FlashAttention-4 won on long tables in one process (blog 12.6 -> 11.7 ms/step, same loss curves over 16 seeds),
-    # triton on short ones (upstream 1.68 vs 1.84 ms/step); README "Speed".
+    # graphed step on every table length (fa4 wins on long tables, triton on short; README "Speed"); flex (padded)
+    # and FlashAttention-2 (sliced) are the choices without them.
     picking = args.attention in ("mha", "sdpa")
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
     head_dim = args.embedding_size // args.num_attention_heads
