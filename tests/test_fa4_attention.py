@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from model import FA4_HEAD_DIMS, ModelConfig  # noqa: E402
 from test_gpu_train import dump, losses  # noqa: E402,F401  (the fixture and the run helper)
-from test_triton_attention import make_qkv, relative_error  # noqa: E402
+from test_triton_attention import make_qkv, model_against_sdpa, relative_error  # noqa: E402
 from train_optimized import fa4_kernel_runs  # noqa: E402
 
 needs_fa4 = pytest.mark.skipif(not fa4_kernel_runs(), reason="needs flash-attn-4 and an sm90+ GPU")
@@ -50,20 +50,9 @@ def test_gpu_matches_sdpa(case):
 @needs_fa4
 def test_gpu_model_with_fa4_matches_sdpa():
     """The whole model in bf16, fa4 against SDPA: logits and every parameter's gradient."""
-    from model import ModelConfig, NanoTabPFNModel
-    torch.manual_seed(0)
-    ref = NanoTabPFNModel(ModelConfig(attention="sdpa")).cuda()
-    fa4 = NanoTabPFNModel(ModelConfig(attention="fa4", last_layer_target_only=True)).cuda()
-    fa4.load_state_dict(ref.state_dict())
-    x, y = torch.randn(2, 3001, 5, device="cuda"), (torch.rand(2, 1237, device="cuda") < 0.5).float()
-    results = []
-    for model in (ref, fa4):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model((x, y), train_test_split_index=1237).float()             # (B, R-S, 2)
-        (logits * torch.linspace(-1, 1, logits.numel(), device="cuda").view_as(logits)).sum().backward()
-        results.append((logits, torch.cat([p.grad.flatten() for p in model.parameters()])))
-    (logits_ref, grads_ref), (logits_fa4, grads_fa4) = results
-    assert relative_error(logits_fa4, logits_ref) < 2e-2 and relative_error(grads_fa4, grads_ref) < 5e-2
+    logits, logits_ref, grads, grads_ref = model_against_sdpa("fa4")
+    assert logits.shape == (2, 3001 - 1237, 2)
+    assert relative_error(logits, logits_ref) < 2e-2 and relative_error(grads, grads_ref) < 5e-2
 
 
 @needs_fa4

@@ -200,24 +200,30 @@ def test_gpu_key_length_is_a_runtime_argument():
     assert compiled() == before and sum(before.values()) >= 3
 
 
-@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
-def test_gpu_model_with_triton_and_the_last_layer_shortcut_matches_sdpa():
-    """The whole model in bf16: triton with the last layer on the target's test rows against SDPA, full layers."""
+def model_against_sdpa(attention: str):
+    """The whole model in bf16 on CUDA, `attention` with the last layer on the target's test rows against SDPA with
+    full layers, the same weights: (logits, logits_ref, gradients, gradients_ref), logits (B, R-S, 2)."""
     from model import ModelConfig, NanoTabPFNModel
     torch.manual_seed(0)
     ref = NanoTabPFNModel(ModelConfig(attention="sdpa")).cuda()
-    tri = NanoTabPFNModel(ModelConfig(attention="triton", last_layer_target_only=True)).cuda()
-    tri.load_state_dict(ref.state_dict())
+    mine = NanoTabPFNModel(ModelConfig(attention=attention, last_layer_target_only=True)).cuda()
+    mine.load_state_dict(ref.state_dict())
     x, y = torch.randn(2, 3001, 5, device="cuda"), (torch.rand(2, 1237, device="cuda") < 0.5).float()
     results = []
-    for model in (ref, tri):
+    for model in (mine, ref):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model((x, y), train_test_split_index=1237).float()             # (B, R-S, 2)
         (logits * torch.linspace(-1, 1, logits.numel(), device="cuda").view_as(logits)).sum().backward()
         results.append((logits, torch.cat([p.grad.flatten() for p in model.parameters()])))
-    (logits_ref, grads_ref), (logits_tri, grads_tri) = results
-    assert logits_tri.shape == (2, 3001 - 1237, 2)
-    assert relative_error(logits_tri, logits_ref) < 2e-2 and relative_error(grads_tri, grads_ref) < 5e-2
+    (logits, grads), (logits_ref, grads_ref) = results
+    return logits, logits_ref, grads, grads_ref
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
+def test_gpu_model_with_triton_and_the_last_layer_shortcut_matches_sdpa():
+    logits, logits_ref, grads, grads_ref = model_against_sdpa("triton")
+    assert logits.shape == (2, 3001 - 1237, 2)
+    assert relative_error(logits, logits_ref) < 2e-2 and relative_error(grads, grads_ref) < 5e-2
 
 
 def test_source_digest_reaches_the_ops_arguments():
