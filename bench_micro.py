@@ -280,7 +280,7 @@ def run_attention(shapes, device, repeats):
             progress.line(f"{workload} {kernel} split {split}", f"{row['median_ms']:.3f} ms (fwd+bwd, one layer), "
                           f"first call {row['first_ms']:.1f} ms" if row["status"] == "ok" else row["status"],
                           time.perf_counter() - t0)
-            if kernel in ("triton-padded", "fa4-padded") and row["status"] == "ok":
+            if kernel.endswith("-padded") and row["status"] == "ok":   # the key-count kernels: time the step too
                 step = {"kernel": kernel.removesuffix("-padded"), "split": split}
                 for key, target_only in (("step", True), ("full", False)):
                     times = time_step_attention(qkv, grad, split, shape["features"] + 1, layers, device, repeats,
@@ -343,8 +343,8 @@ def attention_lines(results, targets):
             lines += ["", f"As the graphed `--fast` step calls it ({r['layers'] - 1} padded layers, then the last "
                       "layer's target column; triton attends from its test rows only, fa4 from every row) beside "
                       f"{r['layers']} full padded layers: fwd + bwd of all layers as one CUDA graph, replayed:", ""]
-            lines += table(["kernel", "split S", "as the step calls it (ms)", "range", f"{r['layers']} full layers (ms)",
-                            "range"], [
+            lines += table(["kernel", "split S", "as the step calls it (ms)", "range",
+                            f"{r['layers']} full layers (ms)", "range"], [
                 [row["kernel"], row["split"], f"{row['step_median_ms']:.2f}",
                  f"{row['step_min_ms']:.2f}–{row['step_max_ms']:.2f}",
                  f"{row['full_median_ms']:.2f}", f"{row['full_min_ms']:.2f}–{row['full_max_ms']:.2f}"]
