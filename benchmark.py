@@ -64,9 +64,9 @@ QUICK_WORKLOADS = {
 # Every file that shapes a measured run: --resume reuses runs only while their digest matches; flag rejections
 # only while TRAIN_SOURCES' digest matches.
 TRAIN_SOURCES = ("train.py", "train_optimized.py")
-MEASURED_SOURCES = ("train.py", "train_optimized.py", "model.py", "loaders.py", "dump_format.py", "gds.py",
-                    "graphed_step.py", "triton_attention.py", "fa4_attention.py", "profile_utils.py", "prior_dump.py",
-                    "runtime.py")
+MEASURED_SOURCES = TRAIN_SOURCES + ("model.py", "loaders.py", "dump_format.py", "gds.py", "graphed_step.py",
+                                    "triton_attention.py", "fa4_attention.py", "profile_utils.py", "prior_dump.py",
+                                    "runtime.py")
 # The least value of each numeric flag (argument name: least).
 LEAST = dict(repeats=1, run_timeout=1, loader_batches=1, h2d_mib=1, steps=1, batch_size=1, rows=1, features=1,
              num_datasets=1, timing_warmup=0)
@@ -211,8 +211,7 @@ def run_once(cmd, record_path, timeout):
 
 def slim_record(record):
     """The record as kept in the results JSON: all of it but the (long) profiler tables markdown."""
-    extra = {k: v for k, v in br.extra_of(record).items() if k != "profile_tables"}
-    return {**record, "extra": extra}
+    return {**record, "extra": {k: v for k, v in br.extra_of(record).items() if k != "profile_tables"}}
 
 
 def runs_for_json(runs):
@@ -277,8 +276,7 @@ def run_matrix(shapes, dumps, configs, repeats, args, flags_of=FLAGS, nproc_of=N
 
 
 def measured_env(runs, what, fallback):
-    """The environment of the first run record (else `fallback`); None, with a one-line note, when no run produced
-    a record: earlier files are kept, not overwritten."""
+    """The first run record's environment (else `fallback`); None, with a note, when no run produced a record."""
     if not any(r["status"] == "ok" for r in runs):
         print(f"no {what} produced a record; nothing written (first error: "
               f"{next((r['error'] for r in runs if r['error']), 'none')})")
@@ -287,9 +285,7 @@ def measured_env(runs, what, fallback):
 
 
 def load_previous(path, shapes, dumps, args):
-    """{(workload, repeat, config): run} of an earlier <name>.json that --resume may reuse: successful runs (and
-    flag rejections while TRAIN_SOURCES are unchanged) with the same --quick, device, --train-args, code, workload
-    shape, dump and flags."""
+    """{(workload, repeat, config): run} of an earlier <name>.json that --resume may reuse (same set-up and code)."""
     try:
         with open(path) as f:
             data = json.load(f)
