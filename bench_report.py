@@ -108,8 +108,8 @@ def rows_for(runs, workload, configs, flags_of, group_of=None):
             row["status"] = f"{len(ok)} of {len(mine)} repeats measured; {problems[0]['error']}" if problems else "ok"
         else:
             errors = [r["error"] for r in mine if r["error"]]
-            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(mine[0]["status"] if mine else None,
-                                                                               "failed: ")
+            first = mine[0]["status"] if mine else None
+            kind = {"unsupported": "skipped: ", "pending": "not run yet: "}.get(first, "failed: ")
             row["status"] = kind + (errors[0] if errors else "no run")
         rows.append(row)
     return add_speedups(rows)
@@ -412,7 +412,6 @@ def save_plot(plot_fn, rows, path, title, **kwargs):
         return plot_fn(rows, path, title=title, **kwargs)
     except Exception as e:
         print(f"note: plot {os.path.basename(path)} not written ({type(e).__name__}: {e})")
-        return None
 
 
 def plot_ablation(out_dir, name, all_rows):
