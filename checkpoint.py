@@ -29,18 +29,15 @@ def read_checkpoint(path) -> dict:
                else "is empty" if os.path.getsize(path) == 0 else None)
     if problem:
         raise CheckpointError(f"checkpoint {path} {problem}")
-    damaged = f"checkpoint {path} is not a PyTorch checkpoint, or is corrupt or truncated"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # torch's notes on pickle protocols are not the user's concern
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        if "global" in str(e).lower() or _names_objects(path):   # the pickle names code or classes
+    except Exception as e:  # a damaged file makes torch.load raise any of a dozen types
+        if isinstance(e, pickle.UnpicklingError) and ("global" in str(e).lower() or _names_objects(path)):
             raise CheckpointError(f"checkpoint {path} holds code or unknown objects and is refused "
                                   "(only tensors and plain values are loaded)") from None
-        raise CheckpointError(damaged) from None
-    except Exception:  # a damaged file makes torch.load raise any of a dozen types
-        raise CheckpointError(damaged) from None
+        raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint, or is corrupt or truncated") from None
     if not isinstance(state, dict) or not isinstance(state.get("model_config"), dict) \
             or not isinstance(state.get("model"), dict):
         found = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
@@ -90,8 +87,7 @@ def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list
     everything resume needs ("train_state"), atomically."""
     weights = unwrap(model).state_dict()
     # One host sync per save: a checkpoint must never hold NaN/inf, the last good one stays instead.
-    finite = torch.stack([t.isfinite().all() for t in weights.values() if t.is_floating_point()]).all()
-    if not bool(finite):
+    if not torch.stack([t.isfinite().all() for t in weights.values() if t.is_floating_point()]).all():
         raise CheckpointError(f"parameters are not finite at step {step}; {path} keeps the last good checkpoint")
     state = {"format": CHECKPOINT_FORMAT, **meta, "model": inference_state_dict(model, optimizer), "step": step,
              "train_state": {"model": weights, "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),

@@ -1,8 +1,7 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
 Missing values, constant/duplicate columns, long and wide tables and any sortable labels are handled from the
-training rows; ensemble member k shifts the class indices by k mod K and, for k // K odd, quantile-normalises.
-"""
+training rows; ensemble member k shifts the class indices by k mod K and, for k // K odd, quantile-normalises."""
 import contextlib
 import math
 import re
@@ -97,10 +96,9 @@ def _labels(y, num_rows: int):
     if y.dtype.kind == "f" and type_of_target(y) == "continuous":
         raise ValueError("y_train: Unknown label type: continuous (class labels expected, not real values)")
     try:
-        classes, indices = np.unique(y, return_inverse=True)
+        return np.unique(y, return_inverse=True)
     except TypeError as error:
         raise ValueError(f"y_train labels cannot be sorted (mixed types?): {error}") from None
-    return classes, indices.reshape(-1)
 
 
 def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -117,9 +115,8 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
 class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     """fit stores the cleaned training set; predict_proba runs the model on train + test rows per member.
 
-    device None keeps the model's; autocast "bf16" runs the forward under bf16 autocast; missing "indicator" adds a
-    0/1 column per feature with missing training cells to the mean fill; features_per_estimator None uses all
-    columns; random_state seeds the subsample and subsets."""
+    device None keeps the model's; missing "indicator" adds a 0/1 column per feature with missing training cells to
+    the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
@@ -197,8 +194,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)   # an overflowing mean: nan_to_num caps it
             self.fill_ = np.nan_to_num(np.nanmean(X[:, kept], axis=0))
-        has_missing = np.isnan(X[:, kept]).any(axis=0) & (self.missing == "indicator")
-        self.indicator_columns_ = np.flatnonzero(has_missing)
+        self.indicator_columns_ = np.flatnonzero(np.isnan(X[:, kept]).any(axis=0) & (self.missing == "indicator"))
 
     def _clean(self, X: np.ndarray) -> np.ndarray:
         """Kept columns, filled, with missing indicators appended. (n, f) -> (n, f') float64, finite."""

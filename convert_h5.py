@@ -1,8 +1,6 @@
 """Converts a nanoTabPFN HDF5 dump to the .bin records of dump_format (for kvikio / GPUDirect Storage):
 `python convert_h5.py data/prior.h5 [--verify] [--out-dir /nvme] [--force]`. Streams ~64 MB chunks; atomic
 (temp names, rename, sidecar last); one converter per dump (a lock file)."""
-from __future__ import annotations
-
 import os
 import sys
 import time
@@ -42,8 +40,7 @@ def _chunks(info: DumpInfo, chunk: int, desc: str, progress: bool):
 
 
 def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progress: bool) -> None:
-    """Compares the bits of every .bin record (and its zero padding) with the HDF5, chunked; ConvertError
-    names the first dataset that differs."""
+    """Compares every .bin record's bits (and zero padding) with the HDF5; ConvertError names the first that differs."""
     R, F = info.rows, info.features
     mx, my = (np.memmap(p, dtype=fmt.BIN_DTYPE, mode="r", shape=(info.num_datasets, fmt.record_stride_bytes(R, w) // 4))
               for p, w in ((x_path, F), (y_path, 1)))
@@ -91,8 +88,7 @@ def _write_records(info: DumpInfo, tmp_x: str, tmp_y: str, chunk: int, progress:
 def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verify: bool = False,
             progress: bool = True, force: bool = True) -> dict:
     """Converts a dump to `<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json` (in out_dir, default beside it) under
-    the conversion lock; force=False keeps a valid conversion (verify: checks it record by record against the
-    HDF5). Returns stats (x_bin, bytes_written, mb_per_s, skipped, ...). Options: see main()."""
+    the conversion lock; force=False keeps a valid conversion. Returns stats (x_bin, bytes_written, skipped, ...)."""
     t0 = time.perf_counter()
     info = fmt.open_dump(dump_path, scan_values=False)  # values are checked chunk by chunk below
     x_bin, y_bin, sidecar = fmt.bin_paths(info.path, out_dir)

@@ -1,8 +1,6 @@
 """The nanoTabPFN dump format: HDF5 validation (open_dump / check_dump), batch positions, and the .bin layout
 that convert_h5.py writes and the loaders read through its checked sidecar (version, shapes, per-block crc32).
 """
-from __future__ import annotations
-
 import hashlib
 import json
 import mmap
@@ -269,8 +267,7 @@ CHECKSUM_BLOCK_BYTES = 16 << 20  # one crc32 per 16 MiB block: verification runs
 
 def bin_paths(dump_path, out_dir=None) -> tuple[str, str, str]:
     """(`<dump>.X.bin`, `<dump>.y.bin`, `<dump>.bin.json`) in out_dir (default: next to the dump)."""
-    dump_path = os.fspath(dump_path)
-    folder = os.fspath(out_dir) if out_dir is not None else os.path.dirname(os.path.abspath(dump_path))
+    folder = out_dir if out_dir is not None else os.path.dirname(os.path.abspath(dump_path))
     base = os.path.join(folder, os.path.basename(dump_path))
     return base + ".X.bin", base + ".y.bin", base + ".bin.json"
 
@@ -337,7 +334,7 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
 
 def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -> None:
     """Writes the JSON sidecar atomically; write it LAST, since a loader trusts .bin files only through it."""
-    meta = bin_meta(info, os.fspath(x_bin), os.fspath(y_bin), checksums)
+    meta = bin_meta(info, x_bin, y_bin, checksums)
     safe_io.write_text_atomic(sidecar_path, json.dumps(meta, separators=(",", ":")), "sidecar")
 
 
@@ -426,9 +423,8 @@ def verify_bin_checksums(meta: dict) -> float:
         stride = meta[f"{which}_stride_bytes"]
         first = block * CHECKSUM_BLOCK_BYTES // stride
         last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
-        records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r",
-                            shape=(meta["num_datasets"], stride // 4))[first:last + 1]
-        records = records[:, :meta["rows"] * (meta["features"] if which == "x" else 1)]
+        records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r", shape=(meta["num_datasets"], stride // 4))
+        records = records[first:last + 1, :meta[f"{which}_record_bytes"] // 4]
         found = value_problems(*((records, None) if which == "x" else (None, records)), first,
                                meta["max_num_classes"])
         detail = "".join(f"; {p}" for p in found if p)   # the first invalid value, if there is one

@@ -65,8 +65,7 @@ def format_scores(name: str, scores: dict) -> str:
         rank = "" if scores.get("rank") is None else \
             f" | mean rank {scores['rank']:.2f} of {len(scores.get('baselines_roc_auc', {})) + 1}"
         return f"{name:>14s} | real-suite roc_auc {scores['roc_auc']:.4f}{rank}"
-    first = "".join(f" | {task} roc_auc {value:.4f}" for task, value in
-                    list(scores.get("per_task_roc_auc", {}).items())[:1])
+    first = "".join(f" | {t} roc_auc {v:.4f}" for t, v in list(scores.get("per_task_roc_auc", {}).items())[:1])
     return (f"{name:>14s} | roc_auc {scores['roc_auc']:.4f} | acc {scores['acc']:.4f} | "
             f"balanced_acc {scores['balanced_acc']:.4f}{first}")
 
@@ -201,10 +200,8 @@ def first_time_passing(eval_history, baselines) -> dict:
     return {name: first(name, result["roc_auc"]) for name, result in baselines.items()}
 
 
-def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "Real-data suite: ROC AUC",
-                     note: str = ""):
-    """Writes a compare summary atomically as JSON and as markdown (mean ROC AUC, mean rank, wins/ties/losses,
-    time; then per task). Returns (md_path, json_path)."""
+def write_comparison(summary: dict, md_path: str, json_path: str):
+    """Writes a compare summary atomically as markdown tables and as JSON. Returns (md_path, json_path)."""
     from profile_utils import markdown_table
     ours, stats = summary["ours"], summary["methods"]
     methods = sorted(stats, key=lambda m: stats[m]["mean_rank"])
@@ -216,9 +213,8 @@ def write_comparison(summary: dict, md_path: str, json_path: str, title: str = "
     tasks = list(summary["per_task"][ours])
     per_task = markdown_table(["task", *methods],
                               [[t, *[f"{summary['per_task'][m][t]:.3f}" for m in methods]] for t in tasks])
-    note = f"{note}\n\n" if note else ""
-    write_text_atomic(md_path, f"## {title}\n\n{note}{len(tasks)} tasks, {summary['splits']} splits; mean rank over "
-                      f"tasks (1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}",
+    write_text_atomic(md_path, f"## Real-data suite: ROC AUC\n\n{len(tasks)} tasks, {summary['splits']} splits; mean "
+                      f"rank over tasks (1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}",
                       "comparison table")
     write_json_atomic(json_path, summary, "comparison record")
     return md_path, json_path

@@ -7,11 +7,10 @@ loop never changes; describe()["path"] says what really runs. Close loaders: the
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import h5py
@@ -199,7 +198,7 @@ class Loader:
     `_fetch(step)`; threaded ones also `_produce(first_step, stop)`, a generator of (step, ...) items."""
 
     source = ring = _prefetcher = None  # closed by close(), after the reader thread stopped
-    threaded, depth = False, 1
+    threaded = False
 
     def __init__(self, info: DumpInfo, batch_size: int, device: torch.device, *, loader_name: str,
                  data_path: str = "", start: int = 0, rank: int = 0, world_size: int = 1, consumed: int = 0):
@@ -375,8 +374,7 @@ class _KvikioLoader(Loader):
         self._start_workers()
 
     def _start_workers(self):
-        # Device target: one token per slot, returned by the consumer after it released the slot
-        # behind its copy, so the reader never refills a slot whose batch has not been copied out.
+        # Device target: one token per slot, returned once the consumer released the slot behind its copy-out.
         self._tokens = threading.Semaphore(self.depth)
         super()._start_workers()
 
@@ -387,8 +385,7 @@ class _KvikioLoader(Loader):
     def _read_span(self, files, k: int, s: _Slice) -> None:
         nx, ny = self.batch_size * self._x_stride, self.batch_size * self._y_stride
         io_x, io_y = self._io[k]
-        # Both arrays in flight at once on kvikio's thread pool, in page-aligned tasks of >= 1 MiB so several
-        # threads share one array.
+        # Both arrays in flight at once, in page-aligned tasks of >= 1 MiB so several kvikio threads share one array.
         task_x, task_y = (max(1 << 20, -(-n // self.threads // BIN_ALIGNMENT) * BIN_ALIGNMENT) for n in (nx, ny))
         fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, task_x)
         fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, task_y)
@@ -569,8 +566,7 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, positi
             f"host-to-device copies to save)")
         return loader
     # Too big: the pinned+streams h5 path on CUDA, the baseline on CPU.
-    loader = _make_h5_loader(info, batch_size, device, dataclasses.replace(config, pinned=cuda, streams=cuda),
-                             position)
+    loader = _make_h5_loader(info, batch_size, device, replace(config, pinned=cuda, streams=cuda), position)
     loader.loader_name = "resident"
     loader.notes.append(f"resident: dump needs {need / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of "
                         f"{'GPU' if cuda else 'host'} memory is free (keeping 50% headroom); falling back "

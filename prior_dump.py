@@ -347,9 +347,9 @@ def _disk_errors(path):
     """h5py hides EFBIG/ENOSPC behind RuntimeError or an errno-less OSError: one line instead."""
     try:
         yield
+    except safe_io.OutputError:
+        raise
     except (RuntimeError, OSError) as exc:
-        if isinstance(exc, safe_io.OutputError):
-            raise
         raise safe_io.OutputError(f"cannot write dump {path}: write failed (disk full or file-size limit?): "
                                   f"{' '.join(str(exc).split())[:160]}") from None
 

@@ -30,8 +30,7 @@ GPU_BUSY_SHARE = 0.8
 
 # ---- Formatting (shared by every script) -----------------------------------------------------------
 def percentiles(values):
-    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} of the non-NaN values (NaN: a phase on an
-    unsampled step); every statistic is None when nothing is left."""
+    """{"n", "median", "p10", "p90", "mean", "std" (ddof=1), "min", "max"} of the non-NaN values (all None if none)."""
     a = np.asarray(values, dtype=np.float64).ravel()
     a = a[~np.isnan(a)]
     if a.size == 0:
@@ -105,8 +104,7 @@ class _Phase:
         t = self.timer
         t._cur_host[self.index] += (time.perf_counter() - t._phase_t0) * 1000.0
         if t._sampled:
-            # Had the GPU reached this phase's start when the host finished issuing the phase? If not, it had
-            # earlier work queued and was not waiting for this phase's launches (cudaEventQuery: never blocks).
+            # GPU not at this phase's start when the host issued it all: earlier work queued (query: never blocks).
             t._cur_behind[self.index] |= not t._query(t._cur_events[-1])
             ev = t._event()
             t._record(ev, t._stream)   # no sync: the GPU timestamps it when it reaches this point
@@ -117,12 +115,9 @@ class _Phase:
 
 class StepTimer:
     """Per-phase step times: start_step(); `with timer.phase("data"): ...`; end_step(); summary() at the end.
-
     Phases may repeat in a step (times add up), not nest; the rest of the step is "other"; the clock pauses between
     steps; warmup_steps are reported apart. CUDA: an event at each phase boundary, resolved lazily (no sync on the
-    fast path); CPU: perf_counter (also the host view). compute_phases feed diagnose's launch-bound test.
-    phase_every=k (CUDA): phase events on every k-th step only.
-    """
+    fast path), phase events on every phase_every-th step only; CPU: perf_counter. compute_phases: see diagnose."""
     MAX_PENDING = 64   # CUDA: unresolved steps before end_step waits for the oldest
 
     def __init__(self, device="cpu", warmup_steps=0, phases=DEFAULT_PHASES, *, compute_phases=None,
@@ -141,22 +136,19 @@ class StepTimer:
         self._cuda = self.enabled and self.device.type == "cuda"
         self._contexts = {name: _Phase(self, i, name) for i, name in enumerate(self.phases)}
         n = len(self.phases)
-        # Every ended step as a float64 row [step, *phases] in ms, warm-up rows first (no Python objects): on the
-        # clock of record (CUDA events on CUDA) and on the host clock.
+        # Every ended step as a float64 row [step, *phases] in ms, warm-up first: on the clock of record and the host's.
         self._ms, self._host_ms = array("d"), array("d")
         self._steps_started = self._discarded = self._syncs = 0   # steps ended (the warm-up split), dropped, waits
         self._in_step, self._open_phase, self._phase_t0, self._step_t0 = False, None, 0.0, 0.0
         self._cur_host = [0.0] * n
-        # CUDA: measured steps the GPU had not started when the host ended them; per phase, sampled measured steps
-        # where the GPU had not reached the phase's start when the host left it (and the open step's flags).
+        # CUDA: GPU-behind counts of measured steps, per phase of sampled measured steps, and the open step's flags.
         self._gpu_behind, self._phase_behind, self._cur_behind = 0, [0] * n, [False] * n
         self._sampled, self._sampled_steps = False, 0   # CUDA: this step records phase events; measured ones that did
         # CUDA: event pool, the open step's boundaries [start, end of 1st phase, ...] and their phases, unresolved
         # steps (FIFO); device index and stream are resolved at the first step (no CUDA call in __init__).
         self._pool, self._cur_events, self._cur_event_phase, self._pending = [], [], [], deque()
         self._device_index, self._stream, self._raw_stream = self.device.index, None, None
-        # Private C functions where they exist: the event base class's methods skip torch.cuda.Event's Python
-        # wrappers (~0.5 µs a call, about 10 calls a step); the raw stream handle costs ~0.3 µs, current_stream() ~5.
+        # Private C functions where they exist: they skip the Python wrappers of torch.cuda.Event and current_stream.
         base = getattr(torch._C, "_CudaEventBase", None)
         self._record, self._query, self._elapsed = (getattr(base, name, None) or getattr(torch.cuda.Event, name)
                                                     for name in ("record", "query", "elapsed_time"))
@@ -216,8 +208,7 @@ class StepTimer:
             self._store(host_step, self._cur_host, host_step, self._cur_host)
             return
         if not warm:
-            # Has the GPU begun this step while the host has issued all of it? If not, the GPU had
-            # more than a step of work queued: it is not waiting for the host (non-blocking query).
+            # GPU not at this step's start when the host issued it all: over a step of work queued (never blocks).
             self._gpu_behind += not self._query(self._cur_events[0])
             if self._sampled:
                 self._sampled_steps += 1
@@ -260,8 +251,7 @@ class StepTimer:
             return
         last = self._pending[-1][0]
         if not self._query(last):
-            # Sync: wait for the GPU to reach the end of the last finished step (counted only
-            # when it really waits), then resolve all.
+            # Sync: wait for the GPU to finish the last ended step (counted only when it really waits).
             last.synchronize()
             self._syncs += 1
         while self._pending:

@@ -39,7 +39,7 @@ def _pid_alive(pid: int) -> bool:
 def _lock_pid(path) -> int:
     """The pid written in a lock file, or 0 when unreadable."""
     with contextlib.suppress(OSError, ValueError), open(path) as f:
-        return int(f.read().strip() or "0")
+        return int(f.read())   # int() strips whitespace; an empty file is a ValueError, so 0
     return 0
 
 
@@ -157,8 +157,7 @@ def to_jsonable(obj):
 
 def write_json_atomic(path, obj, what: str = "record") -> str:
     """JSON of `obj` written atomically; raises TypeError before touching the disk if it has no JSON form."""
-    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n"
-    return write_text_atomic(path, text, what)
+    return write_text_atomic(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n", what)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -180,7 +179,7 @@ def check_outputs(outputs: dict, inputs=(), need_bytes: dict | None = None) -> N
                 raise OutputError(f"{label} {path} is a file this run reads; refusing to overwrite it")
         if os.path.isdir(path) and not label.endswith("dir"):
             raise OutputError(f"{label} {path} is a directory")
-        probe = path if label.endswith("dir") else (os.path.dirname(os.path.abspath(path)) or ".")
+        probe = path if label.endswith("dir") else os.path.dirname(os.path.abspath(path))
         while not os.path.exists(probe):
             probe = os.path.dirname(probe) or "."
         if not os.path.isdir(probe):

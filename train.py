@@ -39,12 +39,12 @@ def _checked(kind, name: str, valid):
     def parse(text: str):
         try:
             value = kind(text)
-            ok = valid(value)
+            if valid(value):
+                return value
         except ValueError:
-            ok = False
-        if not ok:   # argparse prints "argument --flag: '0' is not an integer >= 1"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
-        return value
+            pass
+        # argparse prints "argument --flag: '0' is not an integer >= 1"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
     return parse
 
 
@@ -162,8 +162,7 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
 
 
 def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> torch.Generator:
-    """A generator for one batch transform, seeded from (seed, step, rank, stream) alone: a resumed run draws the same
-    values, ranks draw different ones, and each transform (stream) its own."""
+    """Seeded from (seed, step, rank, stream) alone: a resumed run redraws the same values; ranks, streams differ."""
     return torch.Generator(device).manual_seed((seed * 1_000_003 + step) * 4096 + rank + (stream << 60))
 
 

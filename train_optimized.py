@@ -115,12 +115,10 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     args.cuda_graphs = args.cuda_graphs or (one_process and (args.attention in KEY_COUNT_KERNELS or not long_tables))
     if not picking or args.attention in KEY_COUNT_KERNELS:
         return []
-    if args.cuda_graphs:
-        args.attention = "flex"   # flash takes no mask; flex skips the padded key blocks
-        return []
-    # Sliced tables: every new split length makes cuDNN (PyTorch's bf16 pick) plan on the host; FlashAttention-2 not.
-    args.attention = "flash"
-    if long_tables:
+    # Padded: flash takes no mask, flex skips the padded key blocks. Sliced: every new split length makes cuDNN
+    # (PyTorch's bf16 pick) plan on the host; FlashAttention-2 not.
+    args.attention = "flex" if args.cuda_graphs else "flash"
+    if args.attention == "flash" and long_tables:
         return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
                 "FlashAttention-2 instead (slower on long tables, README \"Speed\")"]
     return []
