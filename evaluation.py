@@ -65,7 +65,8 @@ def format_scores(name: str, scores: dict) -> str:
         rank = "" if scores.get("rank") is None else \
             f" | mean rank {scores['rank']:.2f} of {len(scores.get('baselines_roc_auc', {})) + 1}"
         return f"{name:>14s} | real-suite roc_auc {scores['roc_auc']:.4f}{rank}"
-    first = "".join(f" | {t} roc_auc {v:.4f}" for t, v in list(scores.get("per_task_roc_auc", {}).items())[:1])
+    first = "".join(f" | {task} roc_auc {value:.4f}" for task, value in
+                    list(scores.get("per_task_roc_auc", {}).items())[:1])
     return (f"{name:>14s} | roc_auc {scores['roc_auc']:.4f} | acc {scores['acc']:.4f} | "
             f"balanced_acc {scores['balanced_acc']:.4f}{first}")
 

@@ -104,7 +104,8 @@ class _Phase:
         t = self.timer
         t._cur_host[self.index] += (time.perf_counter() - t._phase_t0) * 1000.0
         if t._sampled:
-            # GPU not at this phase's start when the host issued it all: earlier work queued (query: never blocks).
+            # Had the GPU reached this phase's start when the host finished issuing the phase? If not, it had
+            # earlier work queued and was not waiting for this phase's launches (cudaEventQuery: never blocks).
             t._cur_behind[self.index] |= not t._query(t._cur_events[-1])
             ev = t._event()
             t._record(ev, t._stream)   # no sync: the GPU timestamps it when it reaches this point
@@ -115,6 +116,7 @@ class _Phase:
 
 class StepTimer:
     """Per-phase step times: start_step(); `with timer.phase("data"): ...`; end_step(); summary() at the end.
+
     Phases may repeat in a step (times add up), not nest; the rest of the step is "other"; the clock pauses between
     steps; warmup_steps are reported apart. CUDA: an event at each phase boundary, resolved lazily (no sync on the
     fast path), phase events on every phase_every-th step only; CPU: perf_counter. compute_phases: see diagnose."""
