@@ -23,7 +23,7 @@ SDPA_KERNELS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFF
 ATTENTIONS = ("mha", "sdpa", *SDPA_KERNELS, "flex", "triton", "fa4")
 FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 # Head sizes at which flash-attn-4 4.0.0b36 matched fp32 SDPA on an H100 and an H200 (tests/test_fa4_attention.py);
-# at 8, 16, 40 and 48 its sm90 backward returned a wrong dq (results/nvidia-h200/fa4/).
+# at 8, 16, 40 and 48 its sm90 backward returned a wrong dq (results/nvidia-h200/fa4/, results/nvidia-h100/fa4-bugs/).
 FA4_HEAD_DIMS = (24, 32, 64, 96, 128)
 # Fields that set the model's size: a checkpoint's model is rebuilt from these.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
