@@ -15,7 +15,7 @@ from graphed_step import inference_state_dict, unwrap
 from model import SPEED_ONLY_FIELDS
 from safe_io import write_bytes_atomic
 
-CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (the learning rate) and the dump's content digest to "data"
+CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (train.RUN_FIELDS; lr only at first) and the dump's content digest to "data"
 
 
 class CheckpointError(ValueError):
@@ -117,11 +117,13 @@ def load_checkpoint(path: str, meta: dict) -> dict:
         raise CheckpointError(f"checkpoint {path} used a global batch of {state['global_batch']} datasets "
                               f"(batch x ranks), this run {meta['global_batch']}: resume with the same batch "
                               "size and number of ranks")
-    stored_lr = state.get("hparams", {}).get("lr")
-    if stored_lr is not None and stored_lr != meta["hparams"]["lr"]:
-        # Refused, not applied: resume promises the run the checkpoint started, bit for bit.
-        raise CheckpointError(f"--lr {meta['hparams']['lr']:g} differs from the checkpoint's {stored_lr:g}; "
-                              f"--resume continues that run exactly, so pass --lr {stored_lr:g} (or start a new run)")
+    stored = state.get("hparams", {})   # older checkpoints store only some fields: those are checked
+    for name, value in meta["hparams"].items():
+        if name in stored and stored[name] != value:
+            # Refused, not applied: resume promises the run the checkpoint started, bit for bit.
+            flag = "--" + name.replace("_", "-")
+            raise CheckpointError(f"{flag} {value:g} differs from the checkpoint's {stored[name]:g}; --resume "
+                                  f"continues that run exactly, so pass {flag} {stored[name]:g} (or start a new run)")
     return state
 
 

@@ -78,7 +78,7 @@ class TrainConfig:
                                     "on a CPU)", type=positive_int)
     batch_size: int = _flag(32, "datasets per step (per rank)", type=positive_int)
     lr: float = _flag(4e-3, "learning rate (finite, > 0)", type=positive_float)
-    seed: int = _flag(0, "seed for weights and torch RNG", type=int)
+    seed: int = _flag(0, "seed for the weights, torch RNG and the batch transforms", type=int)
     device: str = _flag("auto", "auto, cpu, cuda or cuda:N")
     optimizer: str = _flag("schedulefree", "schedule-free AdamW (upstream) or torch AdamW",
                            choices=["schedulefree", "adamw"])
@@ -112,6 +112,10 @@ class TrainConfig:
     cuda_graphs: bool = False
     fused_optimizer: bool = False
     async_loss: bool = False         # read the loss back every log_every steps instead of every step
+
+
+# The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
+RUN_FIELDS = ("lr", "seed", "missing_cells", "categorical_columns")
 
 
 @dataclass
@@ -514,7 +518,7 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
     meta = {"model_config": asdict(model_config), "global_batch": config.batch_size * world_size,
             "data": dump_identity(info, dump_content_digest(info)),
             "optimizer": f"{config.optimizer}{'+fused' if config.fused_optimizer else ''}",
-            "hparams": {"lr": config.lr}}
+            "hparams": {name: getattr(config, name) for name in RUN_FIELDS}}
     if config.resume:
         if not config.ckpt:
             raise CheckpointError("--resume needs --ckpt PATH")

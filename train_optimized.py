@@ -10,7 +10,7 @@ import sys
 import torch
 
 from dump_format import open_dump
-from loaders import LoaderConfig
+from loaders import LOADER_KINDS, LoaderConfig
 from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, from_flags,
@@ -27,7 +27,7 @@ def build_parser():
     parser = train_parser(__doc__.split("\n")[0])
     d, m = LoaderConfig(), ModelConfig()
     g = parser.add_argument_group("data path (the blog's optimizations)")
-    g.add_argument("--loader", choices=["h5", "bin", "resident"], default=d.kind,
+    g.add_argument("--loader", choices=LOADER_KINDS, default=d.kind,
                    help="h5py per step (baseline), .bin records through kvikio, or the dump resident on the GPU")
     g.add_argument("--gds-bin", dest="loader", action="store_const", const="bin", help="the blog's --loader bin")
     g.add_argument("--resident", dest="loader", action="store_const", const="resident", help="--loader resident")

@@ -108,6 +108,23 @@ def test_resume_with_another_lr_is_refused(dump, tmp_path):
     assert script([*common, "--steps", "4", "--resume", "--lr", "1e-3"]).returncode == 0
 
 
+def test_resume_with_another_seed_is_refused_and_older_checkpoints_still_resume(dump, tmp_path, capsys):
+    import train_optimized
+    ck = tmp_path / "s.pt"
+    common = ["--data", dump, *QUIET, "--ckpt", str(ck), "--categorical-columns", "0.5"]
+    assert train_optimized.main([*common, "--steps", "2", "--seed", "1"]) == 0
+    before = ck.read_bytes()
+    assert train_optimized.main([*common, "--steps", "4", "--resume", "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--seed 2 differs from the checkpoint's 1" in err and err.strip().count("\n") == 0, err
+    assert ck.read_bytes() == before
+    state = torch.load(str(ck), weights_only=True)
+    assert set(state["hparams"]) == {"lr", "seed", "missing_cells", "categorical_columns"}
+    state["hparams"] = {"lr": state["hparams"]["lr"]}   # as written before the seed was stored
+    torch.save(state, str(ck))
+    assert train_optimized.main([*common, "--steps", "4", "--resume", "--seed", "2"]) == 0
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("touch " + os.environ.get("EVIL_MARKER", "/tmp/evil-marker"),))
