@@ -1,5 +1,5 @@
 """Evaluation of any object with fit(X, y) / predict_proba(X): the sklearn toy suite (a smoke check) and the
-real-data suite (real_data.py) with its cached baselines, ranks and reports. No import side effects."""
+real-data suite (real_data.py) with its cached baselines and ranks. No import side effects."""
 import contextlib
 import functools
 import hashlib
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from safe_io import write_json_atomic, write_text_atomic
+from safe_io import write_json_atomic
 
 EVAL_TASKS = ("breast_cancer", "wine_0_vs_1", "iris_versicolor_vs_virginica", "digits_3_vs_8")
 BASELINE_SETTINGS = {
@@ -199,23 +199,3 @@ def first_time_passing(eval_history, baselines) -> dict:
             if entry["scores"]["roc_auc"] >= bar:
                 return {"step": entry["step"], "train_seconds": entry["train_seconds"], "bar": bar}
     return {name: first(name, result["roc_auc"]) for name, result in baselines.items()}
-
-
-def write_comparison(summary: dict, md_path: str, json_path: str):
-    """Writes a compare summary atomically as markdown tables and as JSON. Returns (md_path, json_path)."""
-    from profile_utils import markdown_table
-    ours, stats = summary["ours"], summary["methods"]
-    methods = sorted(stats, key=lambda m: stats[m]["mean_rank"])
-    rows = [[m, f"{stats[m]['roc_auc']:.4f}", f"{stats[m]['mean_rank']:.2f}",
-             "—" if m == ours else "{wins}/{ties}/{losses}".format(**stats[m]),
-             f"{1000 * stats[m]['seconds_per_split']:.0f}"] for m in methods]
-    head = markdown_table(["method", "mean ROC AUC", "mean rank", f"{ours} wins/ties/losses",
-                           "fit+predict ms/split"], rows)
-    tasks = list(summary["per_task"][ours])
-    per_task = markdown_table(["task", *methods],
-                              [[t, *[f"{summary['per_task'][m][t]:.3f}" for m in methods]] for t in tasks])
-    write_text_atomic(md_path, f"## Real-data suite: ROC AUC\n\n{len(tasks)} tasks, {summary['splits']} splits; mean "
-                      f"rank over tasks (1 = best).\n\n{head}\n### Per task (mean ROC AUC over splits)\n\n{per_task}",
-                      "comparison table")
-    write_json_atomic(json_path, summary, "comparison record")
-    return md_path, json_path

@@ -1,8 +1,7 @@
 """evaluation.py and real_data.py: the selection rule on synthetic tables, one real task end to end
-(preparation from the installed package, our classifier, every baseline, the reports), the toy suite."""
+(preparation from the installed package, our classifier, every baseline, the ranks), the toy suite."""
 import csv
 import io
-import json
 import tarfile
 
 import numpy as np
@@ -119,10 +118,7 @@ def test_one_real_task_end_to_end(tmp_path):
     assert summary["splits"] == 2 and set(summary["methods"]) == {"nanotabpfn", *ev.BASELINE_SETTINGS}
     ranks = [e["mean_rank"] for e in summary["methods"].values()]
     assert sum(ranks) == pytest.approx(sum(range(1, 7))) and all(1 <= r <= 6 for r in ranks)
-    md, js = ev.write_comparison(summary, str(tmp_path / "r" / "suite.md"), str(tmp_path / "r" / "suite.json"))
-    text = open(md).read()
-    assert "| lightgbm |" in text and "MASS/Pima.tr" in text
-    assert json.load(open(js))["methods"]["knn"]["wins"] in (0, 1)
+    assert summary["methods"]["knn"]["wins"] in (0, 1) and set(summary["per_task"]["nanotabpfn"]) == {"MASS/Pima.tr"}
     quick = ev.suite_eval(tiny_classifier(), tasks, baselines)
     assert set(quick) >= {"roc_auc", "rank", "per_task", "seconds", "baselines_roc_auc"} and 1 <= quick["rank"] <= 6
     assert quick["rank"] + sum(quick["baselines_rank"].values()) == pytest.approx(sum(range(1, 7)))   # 6 methods
