@@ -6,13 +6,14 @@ import pickletools
 import random
 import signal
 import warnings
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
 from dump_format import metadata_sha256
 from graphed_step import inference_state_dict, unwrap
-from model import SPEED_ONLY_FIELDS
+from model import SPEED_ONLY_FIELDS, ModelConfig
 from safe_io import write_bytes_atomic
 
 CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (train.RUN_FIELDS; lr only at first) and the dump's content digest to "data"
@@ -102,8 +103,9 @@ def load_checkpoint(path: str, meta: dict) -> dict:
     state = read_checkpoint(path)
     if "train_state" not in state:
         raise CheckpointError(f"checkpoint {path} holds weights only (no training state to resume)")
-    diff = [f"{k}={state['model_config'].get(k)!r} (this run: {v!r})" for k, v in meta["model_config"].items()
-            if k not in SPEED_ONLY_FIELDS and state["model_config"].get(k) != v]
+    model, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: its default
+    diff = [f"{k}={model.get(k, default[k])!r} (this run: {v!r})" for k, v in meta["model_config"].items()
+            if k not in SPEED_ONLY_FIELDS and model.get(k, default[k]) != v]
     if diff:
         raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
     if state.get("optimizer") != meta["optimizer"]:

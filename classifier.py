@@ -6,6 +6,7 @@ import contextlib
 import math
 import re
 import warnings
+from dataclasses import fields
 
 import numpy as np
 import torch
@@ -26,16 +27,18 @@ Z_CLIP = 1e6                # standardised values are clipped here (the model cl
 
 
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
-    """The model of a checkpoint, built from its size fields; kernel choices of any version are ignored."""
+    """The model of a checkpoint, built from its fields that change the math; kernel choices of any version are
+    ignored, and a field older checkpoints lack takes its default."""
     state = read_checkpoint(path)
-    config = state["model_config"]
-    unknown = sorted(set(config) - set(SIZE_FIELDS) - set(SPEED_ONLY_FIELDS) - set(OLD_SPEED_FIELDS))
+    config, known = state["model_config"], {f.name for f in fields(ModelConfig)}
+    unknown = sorted(set(config) - known - set(OLD_SPEED_FIELDS))
     missing = [name for name in SIZE_FIELDS if name not in config]
     if unknown or missing:
         raise ValueError(f"checkpoint {path}: model_config has unknown field(s) {unknown} or lacks {missing}")
     try:
         mha = attention == "mha"   # upstream's call takes neither kernel choice
-        model = NanoTabPFNModel(ModelConfig(**{name: config[name] for name in SIZE_FIELDS}, attention=attention,
+        math_fields = {name: config[name] for name in known & set(config) if name not in SPEED_ONLY_FIELDS}
+        model = NanoTabPFNModel(ModelConfig(**math_fields, attention=attention,
                                             feature_attention="sdpa" if mha else INFERENCE_FEATURE_ATTENTION,
                                             last_layer_target_only=not mha))
     except (ValueError, TypeError) as error:

@@ -25,7 +25,7 @@ FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 # Head sizes at which flash-attn-4 4.0.0b36 matched fp32 SDPA on an H100 and an H200 (tests/test_fa4_attention.py);
 # at 8, 16, 40 and 48 its sm90 backward returned a wrong dq (results/nvidia-h200/fa4/, results/nvidia-h100/fa4-bugs/).
 FA4_HEAD_DIMS = (24, 32, 64, 96, 128)
-# Fields that change the math (so far, the size): a checkpoint's model is rebuilt from these.
+# Fields that set the model's size: positive integers every checkpoint holds.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
 SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_layer_target_only")
