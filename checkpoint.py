@@ -103,9 +103,9 @@ def load_checkpoint(path: str, meta: dict) -> dict:
     state = read_checkpoint(path)
     if "train_state" not in state:
         raise CheckpointError(f"checkpoint {path} holds weights only (no training state to resume)")
-    model, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: its default
-    diff = [f"{k}={model.get(k, default[k])!r} (this run: {v!r})" for k, v in meta["model_config"].items()
-            if k not in SPEED_ONLY_FIELDS and model.get(k, default[k]) != v]
+    stored_config, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: default
+    diff = [f"{k}={stored_config.get(k, default[k])!r} (this run: {v!r})" for k, v in meta["model_config"].items()
+            if k not in SPEED_ONLY_FIELDS and stored_config.get(k, default[k]) != v]
     if diff:
         raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
     if state.get("optimizer") != meta["optimizer"]:

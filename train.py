@@ -114,10 +114,6 @@ class TrainConfig:
     async_loss: bool = False         # read the loss back every log_every steps instead of every step
 
 
-# The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
-RUN_FIELDS = ("lr", "seed", "missing_cells", "categorical_columns")
-
-
 @dataclass
 class TrainResult:
     losses: list                     # loss of every step, in order
@@ -203,6 +199,8 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
 
 # The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
 PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+# The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
+RUN_FIELDS = ("lr", "seed", *(name for name, _ in PRIOR_TRANSFORMS))
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
