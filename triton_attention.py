@@ -166,7 +166,10 @@ if triton is not None:
             # need P: issued before the exponentials, the tensor cores run it while they are computed.
             qk_t = tl.dot(k, tl.trans(q))
             dp_t = tl.dot(v, tl.trans(do))
-            p_t = tl.math.exp2(qk_t * QK_SCALE - lse[None, :])
+            # A score never exceeds its row's logsumexp, so min(., 0) changes no valid p; keys past S load as 0
+            # and score 0, and without it exp2(-lse) overflows to inf once a row's scores all sit below -128
+            # (log2 units): inf * 0 = NaN in dQ (results/nvidia-h100/nan-triton).
+            p_t = tl.math.exp2(tl.minimum(qk_t * QK_SCALE - lse[None, :], 0.0))
             dv += tl.dot(p_t.to(do.dtype), do)
             ds_t = p_t * (dp_t - delta[None, :])
             dk += tl.dot(ds_t.to(q.dtype), q)
@@ -192,7 +195,7 @@ if triton is not None:
             v = tl.load(v_ptrs + start * svs, mask=kmask, other=0.0)
             qk = tl.dot(q, tl.trans(k))
             dp = tl.dot(do, tl.trans(v))   # before the exponentials, as in _dkdv
-            p = tl.math.exp2(qk * QK_SCALE - lse[:, None])
+            p = tl.math.exp2(tl.minimum(qk * QK_SCALE - lse[:, None], 0.0))   # bounded, as in _dkdv
             ds = p * (dp - delta[:, None])
             dq += tl.dot(ds.to(k.dtype), k)
         return dq

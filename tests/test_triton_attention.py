@@ -24,17 +24,21 @@ HAS_GPU = HAS_TRITON and torch.cuda.is_available()
 # sliced keys; "test-rows" = the same with queries from row S on (the last layer's shortcut); "padded" = views
 # of a (N, R, 3, H, D + 3) buffer (odd strides: no vector loads); "contiguous" = separate (N, H, rows, D) tensors;
 # "num-keys" = all R rows of k, v passed, the key count S in a device tensor (the padded step of --cuda-graphs);
-# "test-rows-only" = the same with test_rows_only (rows below S output zero: the padded last layer).
+# "test-rows-only" = the same with test_rows_only (rows below S output zero: the padded last layer). A "-far" suffix
+# shifts q to -5 and k to +5 (noise 1): every score sits far below 0, where exp2(-lse) of a key past S overflows
+# (the NaN of long --fast runs, results/nvidia-h100/nan-triton).
 CPU_CASES = [(2, 2, 37, 19, 24, "views"), (1, 2, 70, 1, 16, "views"), (1, 1, 33, 65, 64, "contiguous"),
              (1, 2, 45, 45, 40, "padded"), (2, 2, 37, 19, 24, "test-rows"), (2, 2, 37, 19, 24, "num-keys"),
              (1, 2, 40, 1, 16, "num-keys"), (1, 1, 33, 33, 24, "num-keys"), (2, 2, 37, 19, 24, "test-rows-only"),
-             (1, 2, 40, 1, 16, "test-rows-only"), (1, 1, 33, 33, 24, "test-rows-only")]
+             (1, 2, 40, 1, 16, "test-rows-only"), (1, 1, 33, 33, 24, "test-rows-only"), (2, 2, 37, 19, 24, "views-far"),
+             (2, 2, 37, 19, 24, "num-keys-far"), (2, 2, 37, 19, 24, "test-rows-only-far")]
 GPU_CASES = [(36, 4, 5000, 2500, 24, "views"), (3, 4, 4999, 1, 24, "views"), (3, 4, 4999, 1237, 24, "views"),
              (2, 2, 777, 333, 16, "views"), (2, 2, 777, 4097, 64, "views"), (2, 3, 300, 129, 40, "padded"),
              (2, 4, 1000, 517, 24, "contiguous"), (1, 1, 1, 1, 24, "views"), (6, 4, 5000, 2500, 24, "test-rows"),
              (2, 4, 999, 998, 24, "test-rows"), (6, 4, 5000, 2500, 24, "num-keys"), (3, 4, 4999, 1, 24, "num-keys"),
              (2, 4, 777, 777, 24, "num-keys"), (6, 4, 5000, 2500, 24, "test-rows-only"),
-             (3, 4, 4999, 1, 24, "test-rows-only"), (2, 4, 777, 700, 24, "test-rows-only")]
+             (3, 4, 4999, 1, 24, "test-rows-only"), (2, 4, 777, 700, 24, "test-rows-only"), (3, 4, 999, 333, 24, "views-far"),
+             (3, 4, 999, 333, 24, "num-keys-far"), (3, 4, 999, 333, 24, "test-rows-only-far"), (3, 4, 150, 75, 24, "num-keys-far")]
 # Small tiles (many blocks, tails on every side) with other dQ warps and stages, and the atomic dQ path.
 SMALL = dict(fwd_block_m=16, fwd_block_n=16, kv_block_m=16, kv_block_n=16, q_block_m=16, q_block_n=16)
 CPU_CONFIGS = [ta.KernelConfig(), ta.KernelConfig(**SMALL, q_warps=8, q_stages=2),
@@ -45,11 +49,15 @@ def make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed=0):
     """q (N, H, R, D) (rows S.. with "test-rows"), k and v (N, H, S, D) (R rows with "num-keys") leaves in the given
     layout, random normal."""
     gen = torch.Generator().manual_seed(seed)
+    far, layout = layout.endswith("-far"), layout.removesuffix("-far")
     if layout == "contiguous":
         return [torch.randn(n, heads, length, d, generator=gen).to(device, dtype).requires_grad_()
                 for length in (rows, keys, keys)]
     width = d + 3 if layout == "padded" else d
-    base = torch.randn(n, rows, 3, heads, width, generator=gen).to(device, dtype)[..., :d]
+    base = torch.randn(n, rows, 3, heads, width, generator=gen)
+    if far:
+        base[:, :, :2] = base[:, :, :2] + torch.tensor([-5.0, 5.0]).view(1, 1, 2, 1, 1)
+    base = base.to(device, dtype)[..., :d]
     q, k, v = (t.transpose(1, 2) for t in base.unbind(2))                 # (N, H, R, D) strided views
     q = q[:, :, keys:] if layout == "test-rows" else q
     if layout not in ("num-keys", "test-rows-only"):
@@ -67,6 +75,7 @@ def errors_against_sdpa(case, dtype, device, config=ta.DEFAULT_CONFIG, seed=0):
     """{name: relative error} of out, dq, dk, dv against SDPA in fp32 on the same (rounded) inputs."""
     n, heads, rows, keys, d, layout = case
     q, k, v = make_qkv(n, heads, rows, keys, d, layout, dtype, device, seed)
+    layout = layout.removesuffix("-far")
     test_rows_only = layout == "test-rows-only"
     num_keys = torch.tensor(keys, device=device) if layout in ("num-keys", "test-rows-only") else None
     out = ta.datapoint_attention(q, k, v, config=config, num_keys=num_keys, test_rows_only=test_rows_only)
@@ -108,7 +117,7 @@ def run_interpreter_cases():
     assert os.environ.get("TRITON_INTERPRET") == "1"
     _patch_interpreter()
     runs = [(case, CPU_CONFIGS[0], dtype) for case in CPU_CASES for dtype in (torch.float16, torch.float32)]
-    small_tile_cases = CPU_CASES[:2] + [case for case in CPU_CASES if case[5] == "test-rows-only"][:1]
+    small_tile_cases = CPU_CASES[:2] + [case for case in CPU_CASES if case[5] == "test-rows-only"][:1] + CPU_CASES[-2:-1]
     runs += [(case, config, torch.float16) for config in CPU_CONFIGS[1:] for case in small_tile_cases]
     for case, config, dtype in runs:
         errors = errors_against_sdpa(case, dtype, "cpu", config)
@@ -177,7 +186,10 @@ def test_interpreter_matches_sdpa():
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_gpu_matches_sdpa(case):
     errors = errors_against_sdpa(case, torch.bfloat16, "cuda")
-    assert max(errors.values()) < 2e-2, errors
+    print(case, errors)
+    # "-far": dQ sums dS * k with k near +5 while the dS sum to 0, so bf16's rounding of dS is multiplied by 5
+    # (fp16 on the CPU: 4e-3 where the other layouts give 3e-4).
+    assert max(errors.values()) < (8e-2 if case[5].endswith("-far") else 2e-2), errors
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and triton")
