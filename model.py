@@ -27,6 +27,14 @@ FEATURE_ATTENTIONS = ("sdpa", "matmul", "broadcast")
 FA4_HEAD_DIMS = (24, 32, 64, 96, 128)
 # Fields that set the model's size: positive integers every checkpoint holds.
 SIZE_FIELDS = ("embedding_size", "num_attention_heads", "mlp_hidden_size", "num_layers", "num_outputs")
+# Model sizes (--model-preset): nano is upstream's and the blog's; large is TabPFN v2's size (E 192, 6 heads, MLP 384,
+# 12 layers). Heads keep D = E // H at 24 or 32, which the triton and fa4 kernels serve.
+MODEL_PRESETS = {
+    "nano": dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192, num_layers=3),
+    "small": dict(embedding_size=128, num_attention_heads=4, mlp_hidden_size=256, num_layers=6),
+    "medium": dict(embedding_size=192, num_attention_heads=6, mlp_hidden_size=384, num_layers=8),
+    "large": dict(embedding_size=192, num_attention_heads=6, mlp_hidden_size=384, num_layers=12),
+}
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
 SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_layer_target_only")
 

@@ -24,7 +24,11 @@ from runtime import ArgumentParser, fail, resolve_device
 PRESETS = {
     "nano": dict(num_datasets=300_000, rows=150, features=5, classes=2),   # like 300k_150x5_2.h5
     "blog": dict(num_datasets=30_000, rows=5000, features=5, classes=2),   # like 30k_5000x5_2.h5
+    # Real tables' shapes (--recipe real-tables): 2-10 classes, 2-32 features drawn log-uniform per aligned block of
+    # datasets (a batch has no all-zero columns), train share 10-90% of 256 rows.
+    "real": dict(num_datasets=200_000, rows=256, features=32, classes=10, feature_law="block-log"),
 }
+FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, or log-uniform per aligned block
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
@@ -238,7 +242,16 @@ def _postprocess_features(gen, x, num_features):
     return torch.where(active, _standardize(x).clamp(-FEATURE_CLIP, FEATURE_CLIP), 0.0)
 
 
-def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device):
+def _draw_num_features(rng, num, features, feature_law, block):
+    """(num,) feature counts in 1..F: uniform per dataset, or log-uniform per block of `block` datasets."""
+    if feature_law == "uniform":
+        return rng.integers(1, features + 1, num)
+    draws = rng.uniform(math.log(2), math.log(features + 1), -(-num // block))
+    counts = np.exp(draws).astype(np.int64).clip(1, features)
+    return np.repeat(counts, block)[:num]
+
+
+def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device, feature_law="uniform", block=32):
     """Chunk `chunk_index` of `num` datasets (splits: the dump's single_eval_pos, numpy):
     X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
     splits = torch.from_numpy(splits[chunk_index * num:(chunk_index + 1) * num]).to(device, torch.long)
@@ -246,7 +259,7 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
-    num_features = torch.from_numpy(rng.integers(1, features + 1, num)).to(device)
+    num_features = torch.from_numpy(_draw_num_features(rng, num, features, feature_law, block)).to(device)
     num_classes = torch.from_numpy(rng.integers(2, classes + 1, num)).to(device)
     is_tree = rng.random(num) < 0.3
     x = torch.empty(num, rows, features, device=device)
@@ -309,7 +322,7 @@ def _in_order(build_chunk, num_chunks, device):
 
 
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
-             original_batch_size=32):
+             original_batch_size=32, feature_law="uniform"):
     """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size)
     device = resolve_device(device or "auto")
@@ -320,8 +333,10 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     num_chunks = -(-num_datasets // per_chunk)
     # splits for whole chunks: the last, truncated chunk is built exactly as in a larger dump
     splits = draw_splits(seed, num_chunks * per_chunk, rows, classes, original_batch_size)
-    chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device),
-                       num_chunks, device)
+    if feature_law not in FEATURE_LAWS:
+        raise ValueError(f"feature_law must be one of {FEATURE_LAWS}, got {feature_law!r}")
+    chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device,
+                                                     feature_law, original_batch_size), num_chunks, device)
     try:
         for first_chunk in range(0, num_chunks, chunks_per_group):
             parts = [next(chunks) for _ in range(min(chunks_per_group, num_chunks - first_chunk))]
@@ -355,7 +370,7 @@ def _disk_errors(path):
 
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
-               original_batch_size=32, group_size=None):
+               original_batch_size=32, group_size=None, feature_law="uniform"):
     """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
     progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     from tqdm import tqdm
@@ -379,7 +394,7 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 datasets = {key: f.create_dataset(key, shape[:ndim], dtype=dtype) for key, ndim, dtype in (
                     ("X", 3, "f4"), ("y", 2, "f4"), ("num_features", 1, "i4"), ("num_datapoints", 1, "i4"),
                     ("single_eval_pos", 1, "i4"))}
-            for group in generate(*shape, classes, seed, device, group_size, original_batch_size):
+            for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law):
                 with _disk_errors(path):
                     for key, dataset in datasets.items():
                         dataset[group.start:group.start + len(group.X)] = getattr(group, key)
@@ -389,7 +404,7 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
                 f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
                 f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
-                               seed=seed, device_type=device.type)
+                               seed=seed, device_type=device.type, feature_law=feature_law)
         finally:
             with _disk_errors(path):
                 f.close()   # flushes: a full disk often shows here first
@@ -398,17 +413,19 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=str(device))
 
 
-def default_dump_path():
-    """data/nano_default_<N>_seed0.h5 next to this file: train.py's dump when it gets no --data."""
+def default_dump_path(preset: str = "nano", num_datasets: int = DEFAULT_DUMP_DATASETS, device: str = "cpu"):
+    """data/<preset>_default_<N>_seed0.h5 next to this file (a CUDA dump: ..._cuda.h5, its data differ)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    return os.path.join(folder, f"nano_default_{DEFAULT_DUMP_DATASETS}_seed0.h5")
+    suffix = "_cuda" if device == "cuda" else ""
+    return os.path.join(folder, f"{preset}_default_{num_datasets}_seed0{suffix}.h5")
 
 
-def ensure_default_dump(path=None):
-    """The default nano dump, generated first (CPU, seed 0: the same file everywhere) when missing or invalid."""
-    path = path or default_dump_path()
-    nano = PRESETS["nano"]
-    shape = (DEFAULT_DUMP_DATASETS, nano["rows"], nano["features"])
+def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int = DEFAULT_DUMP_DATASETS,
+                        device: str = "cpu"):
+    """A preset's dump (seed 0), generated first on `device` when missing or invalid: train.py's dump when it gets
+    no --data (nano, CPU: the same file everywhere), and --recipe real-tables' (real, on the GPU)."""
+    path = path or default_dump_path(preset, num_datasets, device)
+    shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
     try:   # a cheap structural check (keys, shapes, prior version), without scanning the values
         with h5py.File(path, "r") as f:
             valid = (f["X"].shape == shape and f["y"].shape == shape[:2]
@@ -417,11 +434,12 @@ def ensure_default_dump(path=None):
     except (OSError, KeyError, ValueError):
         valid = False
     if valid:
-        print(f"prior: no --data given, using the default dump {path}")
+        print(f"prior: no --data given, using the {preset} dump {path}")
         return path
-    stats = write_dump(path, *shape, nano["classes"], seed=0, device="cpu", progress=sys.stderr.isatty())
-    print(f"prior: no --data given, generated {path} ({DEFAULT_DUMP_DATASETS} datasets of "
-          f"{nano['rows']}x{nano['features']}, {nano['classes']} classes, seed 0) in {stats['seconds']:.1f} s")
+    classes, law = PRESETS[preset]["classes"], PRESETS[preset].get("feature_law", "uniform")
+    stats = write_dump(path, *shape, classes, seed=0, device=device, progress=sys.stderr.isatty(), feature_law=law)
+    print(f"prior: no --data given, generated {path} ({num_datasets} datasets of {shape[1]}x{shape[2]}, "
+          f"{classes} classes, seed 0, {device}) in {stats['seconds']:.1f} s")
     return path
 
 
@@ -444,11 +462,15 @@ def _check_file(path):
 def main(argv=None):
     parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
-                        help="nano = 300k datasets x 150 rows x 5 features x 2 classes, blog = 30k x 5000 x 5 x 2")
+                        help="nano = 300k datasets x 150 rows x 5 features x 2 classes, blog = 30k x 5000 x 5 x 2, "
+                             "real = 200k x 256 x 1-32 (log-uniform per block) x 2-10")
     parser.add_argument("--num-datasets", type=int, help="number of datasets N (default: the preset's)")
     parser.add_argument("--rows", type=int, help="rows per dataset R, >= 4 (default: the preset's)")
     parser.add_argument("--features", type=int, help="max features F per dataset (default: the preset's)")
     parser.add_argument("--classes", type=int, help="max classes C; each dataset has 2..C (default: the preset's)")
+    parser.add_argument("--feature-law", choices=FEATURE_LAWS,
+                        help="features per dataset: uniform in 1..F, or block-log: log-uniform, one count per aligned "
+                             "block of --original-batch-size datasets (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -461,8 +483,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.check:
         return _check_file(args.check)
-    shape = {key: value if getattr(args, key) is None else getattr(args, key)
-             for key, value in PRESETS[args.preset].items()}
+    shape = {"feature_law": "uniform", **{key: value if getattr(args, key) is None else getattr(args, key)
+                                          for key, value in PRESETS[args.preset].items()}}
     out = args.out or os.path.join(
         "data", "prior_{num_datasets}_{rows}x{features}_{classes}".format(**shape) + f"_seed{args.seed}.h5")
     try:   # write_dump checks the sizes, the device and the output before it writes anything

@@ -22,7 +22,7 @@ from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpo
 from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
-from model import ModelConfig, NanoTabPFNModel
+from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
 from safe_io import OutputError, check_outputs, write_json_atomic
@@ -65,6 +65,21 @@ nonnegative_int = _checked(int, "an integer >= 0", lambda v: v >= 0)
 eval_every_flag = _checked(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)  # raises if bad
 
 
+def save_times(text: str) -> list | None:
+    """--save-at's seconds, ascending ([] for ""); None when malformed."""
+    try:
+        times = sorted(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        return None
+    return times if all(0 < t < math.inf for t in times) else None
+
+
+def save_at_path(ckpt: str, seconds: float) -> str:
+    """Where --save-at keeps the model at `seconds` of training: <ckpt stem>-<seconds>s<ext>."""
+    stem, ext = os.path.splitext(ckpt)
+    return f"{stem}-{seconds:g}s{ext or '.pt'}"
+
+
 def _flag(default, help: str, **argparse):
     """A TrainConfig field that is also the flag --field-name of train.py: default, help and type in one place."""
     return field(default=default, metadata={"help": help, **argparse})
@@ -104,6 +119,9 @@ class TrainConfig:
     ckpt: str | None = _flag(None, "checkpoint file (written atomically)")
     save_every: int = _flag(0, "checkpoint every N steps (and always at the end and on SIGINT/SIGTERM)",
                             type=nonnegative_int)
+    save_at: str = _flag("", "also keep the model at these seconds of training: --save-at 60,180 writes "
+                             "<ckpt>-60s.pt and <ckpt>-180s.pt (a time-to-quality curve from one run)",
+                         type=_checked(str, "seconds > 0, comma-separated", lambda text: save_times(text) is not None))
     resume: bool = _flag(False, "continue the run stored in --ckpt exactly", action="store_true")
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
@@ -302,6 +320,7 @@ class _Run:
         self.total = self.config.steps or UPSTREAM_STEPS
         self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
         self.stop = StopRequest(enabled=bool(self.config.ckpt))
+        self.save_times = [t for t in save_times(self.config.save_at) if t > self.clock.train_seconds]
 
     def scalar(self, tag, value, step):
         if self.scalars and value is not None and math.isfinite(value):
@@ -323,6 +342,8 @@ class _Run:
         if self.eval_seconds > 0 and at_log:
             at_eval = self.clock.elapsed() >= self.eval_seconds * (len(self.history) + 1)
         at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
+        # --save-at: at the first log point past each time (rank 0 alone saves; no collective needed)
+        at_time = at_log and bool(self.save_times) and self.clock.elapsed() >= self.save_times[0]
         due = at_log or at_eval or at_save
         stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
         if self.world_size > 1 and due:   # every rank stops at the same step: they agree (MAX) where they sync
@@ -343,6 +364,8 @@ class _Run:
             self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
             print(f"eval   {step:6d} " + format_scores("", scores).strip())
             self.scalar("eval/roc_auc", scores["roc_auc"], step)
+        if at_time:
+            self._keep_at_times(step)
         if at_save:
             self.save(step, f"every {c.save_every} steps")
         if stop_now:
@@ -352,6 +375,16 @@ class _Run:
             print(f"time budget of {c.time_budget:.0f} s reached at step {step}")
         self.clock.resume()
         return stop_now or budget_hit
+
+    def _keep_at_times(self, step):
+        """--save-at: the model at each time passed since the last log point, one file per time."""
+        while self.save_times and self.clock.train_seconds >= self.save_times[0]:
+            seconds, path = self.save_times[0], save_at_path(self.config.ckpt, self.save_times.pop(0))
+            if self.rank == 0:
+                save_checkpoint(path, self.model, self.optimizer, self.loader, step, self.losses.values,
+                                self.clock.train_seconds, self.checkpoint_meta)
+                print(f"checkpoint: {self.clock.train_seconds:.0f} s of training (step {step}) kept in {path} "
+                      f"(--save-at {seconds:g})")
 
     def _log(self, step):
         """The log line (`step | loss | step ms | data ms | progress | ETA`), its scalars, and the stall warning."""
@@ -505,7 +538,10 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
         raise DumpError(f"--batch-size {config.batch_size} x {world_size} rank(s) is larger than the dump "
                         f"({info.num_datasets} datasets)")
     # Before any work: a bad output path must not cost the run, and no output may be a file it reads.
-    check_outputs({"--ckpt": config.ckpt, "--record": config.record,
+    if config.save_at and not config.ckpt:
+        raise UsageError("--save-at keeps copies of --ckpt; add --ckpt PATH")
+    at_times = {f"--save-at {t:g}": save_at_path(config.ckpt, t) for t in save_times(config.save_at)}
+    check_outputs({"--ckpt": config.ckpt, **at_times, "--record": config.record,
                    "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,
                    "--tensorboard dir": config.tensorboard},
                   inputs=[info.path, *bin_paths(info.path, loader_config.bin_dir)])
@@ -702,13 +738,22 @@ def build_parser(description=None) -> ArgumentParser:
     for f in fields(TrainConfig):
         if f.metadata:
             p.add_argument("--" + f.name.replace("_", "-"), default=f.default, **f.metadata)
-    m = ModelConfig()
-    p.add_argument("--embedding-size", type=positive_int, default=m.embedding_size, help="model width E")
-    p.add_argument("--num-attention-heads", type=positive_int, default=m.num_attention_heads,
-                   help="attention heads (E must divide by it)")
-    p.add_argument("--mlp-hidden-size", type=positive_int, default=m.mlp_hidden_size, help="MLP hidden width")
-    p.add_argument("--num-layers", type=positive_int, default=m.num_layers, help="transformer layers")
+    p.add_argument("--model-preset", choices=list(MODEL_PRESETS),
+                   help="model size (model.MODEL_PRESETS; default nano = upstream's); the four size flags override it")
+    p.add_argument("--embedding-size", type=positive_int, help="model width E (default: the preset's)")
+    p.add_argument("--num-attention-heads", type=positive_int, help="attention heads (E must divide by it)")
+    p.add_argument("--mlp-hidden-size", type=positive_int, help="MLP hidden width")
+    p.add_argument("--num-layers", type=positive_int, help="transformer layers")
     return p
+
+
+def fill_model_size(args):
+    """The size flags left out take --model-preset's values (in place; returns args)."""
+    args.model_preset = args.model_preset or "nano"
+    for name, value in MODEL_PRESETS[args.model_preset].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
 def from_flags(cls, args, **given):
@@ -717,7 +762,7 @@ def from_flags(cls, args, **given):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = fill_model_size(build_parser().parse_args(argv))
     try:
         session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args), LoaderConfig())
     except SETUP_ERRORS as e:

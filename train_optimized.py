@@ -13,14 +13,19 @@ from dump_format import open_dump
 from loaders import LOADER_KINDS, LoaderConfig
 from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
-from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, from_flags,
-                   positive_int, prepare, resolve_data, start_lines)
+from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
+                   from_flags, positive_int, prepare, resolve_data, start_lines)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
+# --recipe real-tables: the flags it fills when left at their defaults, chosen on 90 s runs and checked at 1-10 min
+# (docs/real-data.md). Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
+RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, categorical_columns=0.2, missing_cells=0.1)}
+RECIPE_BUDGET_S = 600.0
+RECIPE_DUMP_DATASETS = {"cuda": 200_000, "cpu": 4_000}   # a CPU makes a few hundred of these a second
 
 
 def build_parser():
@@ -59,7 +64,28 @@ def build_parser():
     s.add_argument("--last-layer-target-only", action="store_true",
                    help="the last layer computes only what the decoder reads: the target column (same math)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
+    s.add_argument("--recipe", choices=list(RECIPES),
+                   help="real-tables: the best measured model for real tables (10 classes, 1-100 features) in "
+                        "--time-budget (default 600 s); flags given explicitly win")
     return parser
+
+
+def apply_recipe(args, parser, on_cuda: bool) -> list:
+    """--recipe: fills the flags left at their defaults, the time budget and the dump (made once). Returns notices."""
+    chosen = RECIPES[args.recipe]
+    for name, value in chosen.items():
+        if getattr(args, name) == parser.get_default(name):
+            setattr(args, name, value)
+    if args.steps is None and args.time_budget == 0:
+        args.time_budget = RECIPE_BUDGET_S
+    if args.data is None:
+        from prior_dump import ensure_default_dump   # lazily: only the recipe makes this dump
+        device = "cuda" if on_cuda else "cpu"
+        args.data = ensure_default_dump(preset="real", num_datasets=RECIPE_DUMP_DATASETS[device], device=device)
+    given = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}" if isinstance(v, float) else f" {v}")
+                     for k, v in chosen.items())
+    return [f"--recipe {args.recipe}: {given} (flags given explicitly win) on {args.data}, "
+            f"{args.time_budget:.0f} s of training" if args.time_budget else f"--recipe {args.recipe}: {given}"]
 
 
 def kernel_package_runs(module: str, capability: tuple) -> bool:
@@ -237,13 +263,15 @@ def optimizations_block(session, args) -> list:
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     on_cuda = cuda_requested(args.device)
     try:
-        notices = []
+        notices = apply_recipe(args, parser, on_cuda) if args.recipe else []
+        fill_model_size(args)
         if args.fast:
             max_rows = int(open_dump(resolve_data(args.data), scan_values=False).num_datapoints.max())
-            notices = apply_fast(args, max_rows, on_cuda)
+            notices += apply_fast(args, max_rows, on_cuda)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
         args.fused_optimizer = args.fused_optimizer or args.cuda_graphs
