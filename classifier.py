@@ -19,7 +19,7 @@ from checkpoint import read_checkpoint
 from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
-INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (README)
+INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (docs/real-data.md)
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
 AUTOCASTS = ("off", "bf16")   # bf16: faster on CPUs with bf16 dot products (AVX512-BF16, AMX), slower elsewhere
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree

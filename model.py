@@ -91,7 +91,7 @@ def padded_test_row_mask(num_rows_max: int, split: torch.Tensor, num_rows: torch
 
 
 # flex_attention tiles: 64-row blocks for short padded tables waste less padding than the default 128
-# (measured in results/nvidia-h200/speed-upstream.md). The kernel's tiles must match the mask's blocks.
+# (measured in results/nvidia-h200/before-redesign/speed-upstream.md). The kernel's tiles must match the mask's blocks.
 FLEX_SMALL_BLOCK, FLEX_SMALL_BLOCK_MAX_ROWS = 64, 1024
 FLEX_KERNEL_OPTIONS = {FLEX_SMALL_BLOCK: {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64,
                                           "BLOCK_M2": 64, "BLOCK_N2": 32}}

@@ -16,7 +16,7 @@ from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
                    from_flags, positive_int, prepare, resolve_data, start_lines)
 
-# --fast, measured on an H100/H200 by benchmark.py (results/, README "Speed"). Without triton, graphs (flex) win on
+# --fast, measured on an H100/H200 by benchmark.py (results/, docs/speed.md). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
@@ -114,7 +114,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
     args.loader = "resident" if args.loader == "h5" else args.loader
     args.fused_optimizer = args.async_loss = True
-    args.last_layer_target_only = True   # the same math; loss curves within seed spread (README "Speed")
+    args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
@@ -126,7 +126,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     if args.feature_attention == "sdpa":
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
     # Pick the kernel first: triton and FlashAttention-4 read the key count on the GPU, so they serve the padded
-    # graphed step on every table length (fa4 wins on long tables, triton on short; README "Speed"); flex (padded)
+    # graphed step on every table length (fa4 wins on long tables, triton on short; docs/speed.md); flex (padded)
     # and FlashAttention-2 (sliced) are the choices without them.
     picking = args.attention in ("mha", "sdpa")
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
@@ -146,7 +146,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     args.attention = "flex" if args.cuda_graphs else "flash"
     if args.attention == "flash" and long_tables:
         return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
-                "FlashAttention-2 instead (slower on long tables, README \"Speed\")"]
+                "FlashAttention-2 instead (slower on long tables, docs/speed.md)"]
     return []
 
 

@@ -355,9 +355,9 @@ def test_resume_reuses_only_matching_successful_runs(tmp_path):
 
 
 def test_committed_h200_records_still_regenerate_their_rows():
-    """results/nvidia-h200/ablation.json (records written by the code before the redesign) still loads: every
-    row's median and speedup are recomputed from its raw records by the current aggregation."""
-    with open(os.path.join(REPO, "results", "nvidia-h200", "ablation.json")) as f:
+    """results/nvidia-h200/before-redesign/ablation.json (records written by the code before the redesign) still
+    loads: every row's median and speedup are recomputed from its raw records by the current aggregation."""
+    with open(os.path.join(REPO, "results", "nvidia-h200", "before-redesign", "ablation.json")) as f:
         data = json.load(f)
     for workload, rows in data["rows"].items():
         runs = [{**r, "summary": br.summarize_record(r["record"]) if r["status"] == "ok" else None}

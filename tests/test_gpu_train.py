@@ -24,7 +24,7 @@ def losses(tmp_path, dump, *flags, steps=12):
 @pytest.fixture
 def dump(tmp_path):
     # Rows not ragged, like the prior's dumps: torch 2.11's Inductor asserts (tiling_utils) when
-    # --compile meets row counts that vary per batch (README, known limitations).
+    # --compile meets row counts that vary per batch (docs/reliability.md, known limitations).
     return write_tiny_dump(tmp_path / "g.h5", num_datasets=64, rows=48, features=5, seed=6, ragged=False)
 
 

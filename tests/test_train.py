@@ -604,7 +604,7 @@ def test_two_node_c10d_rendezvous_and_graphed_ddp_step_match_ddp(dump, tmp_path)
 
     codes, stderr = two_agents()
     # A worker SIGABRT after the run finished and wrote its record: 2 of 7 full-suite runs, never in 40 runs alone,
-    # cause not found (README, known limitations). Rerun once; a second failure, no record or wrong losses fail.
+    # cause not found (docs/reliability.md). Rerun once; a second failure, no record or wrong losses fail.
     if any(codes) and "SIGABRT" in stderr and (tmp_path / "b.json").exists():
         (tmp_path / "b.json").unlink()
         codes, stderr = two_agents()
