@@ -88,30 +88,40 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
             f"{args.time_budget:.0f} s of training" if args.time_budget else f"--recipe {args.recipe}: {given}"]
 
 
+# Kernel modules whose import failed here: {module: "ErrorType: first line"} (found is not enough: a half-installed
+# flash-attn-4 imports as a package and fails at its first kernel).
+KERNEL_IMPORT_ERRORS = {}
+
+
 def kernel_package_runs(module: str, capability: tuple) -> bool:
-    """Whether a packaged kernel can run here: `module` importable and a CUDA GPU of at least `capability`."""
-    import importlib.util
+    """Whether a packaged kernel can run here: a CUDA GPU of at least `capability`, and `module` imports."""
+    import importlib.util   # binds importlib too
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= capability):
+        return False
     try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:   # a dotted name whose parent package is missing
-        found = False
-    return found and torch.cuda.is_available() and torch.cuda.get_device_capability() >= capability
+        importlib.import_module(module)
+    except Exception as e:   # noqa: BLE001 (a broken install raises ImportError, OSError, AttributeError, ...)
+        if importlib.util.find_spec(module.split(".")[0]) is not None:   # installed, but broken: say so
+            KERNEL_IMPORT_ERRORS[module] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        return False
+    return True
 
 
 def triton_kernel_runs() -> bool:
     """--attention triton: triton installed and a GPU with bf16 tensor cores (sm80+)."""
-    return kernel_package_runs("triton", (8, 0))
+    return kernel_package_runs("triton.language", (8, 0))
 
 
 def fa4_kernel_runs(hopper_only: bool = False) -> bool:
     """--attention fa4: flash-attn-4 installed and a Hopper (sm90) or newer GPU; hopper_only: sm90 itself, where its
     head sizes and its speed were measured (--fast picks it only there)."""
-    runs = kernel_package_runs("flash_attn.cute", (9, 0))
+    runs = kernel_package_runs("flash_attn.cute.interface", (9, 0))
     return runs and (not hopper_only or torch.cuda.get_device_capability()[0] == 9)
 
 
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
+    fill_model_size(args)   # the head size decides the kernel
     args.loader = "resident" if args.loader == "h5" else args.loader
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
@@ -131,23 +141,26 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     picking = args.attention in ("mha", "sdpa")
     long_tables = max_rows > FAST_GRAPHS_MAX_ROWS
     head_dim = args.embedding_size // args.num_attention_heads
-    one_process = world_size() == 1
+    one_process = world_size() == 1   # fa4 under DDP is not measured: --fast keeps it to one process
     if picking and long_tables and one_process and head_dim in FA4_HEAD_DIMS and fa4_kernel_runs(hopper_only=True):
         args.attention = "fa4"
     elif picking and triton_kernel_runs():
         args.attention = "triton"
-    # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count); off under
-    # torchrun (DDP's hooks run outside the graph), and on long tables without triton (flex's padded step loses there).
-    args.cuda_graphs = args.cuda_graphs or (one_process and (args.attention in KEY_COUNT_KERNELS or not long_tables))
+    notices = [f"--fast: {module} is installed but does not import ({error}); it is left out"
+               for module, error in KERNEL_IMPORT_ERRORS.items()] if picking else []
+    # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count), under torchrun
+    # too (the graphed DDP step all-reduces inside the graph: 1.95x on two GPUs, docs/multi-gpu.md); not on long
+    # tables without triton (flex's padded step loses there).
+    args.cuda_graphs = args.cuda_graphs or args.attention in KEY_COUNT_KERNELS or not long_tables
     if not picking or args.attention in KEY_COUNT_KERNELS:
-        return []
+        return notices
     # Padded: flash takes no mask, flex skips the padded key blocks. Sliced: every new split length makes cuDNN
     # (PyTorch's bf16 pick) plan on the host; FlashAttention-2 not.
     args.attention = "flex" if args.cuda_graphs else "flash"
     if args.attention == "flash" and long_tables:
-        return ["--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
-                "FlashAttention-2 instead (slower on long tables, docs/speed.md)"]
-    return []
+        notices.append("--fast: --attention triton cannot run here (needs the triton package and an sm80+ GPU), so "
+                       "FlashAttention-2 instead (slower on long tables, docs/speed.md)")
+    return notices
 
 
 def check_flags(args, on_cuda: bool):

@@ -450,7 +450,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert short.cuda_graphs and short.attention == "triton" and not notices
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp, notices = fast([], 5000)
-    assert not ddp.cuda_graphs and ddp.attention == "triton" and not notices   # DDP's hooks: no graphs, sliced
+    assert ddp.cuda_graphs and ddp.attention == "triton" and not notices   # the graphed DDP step (1.95x, docs)
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: True)
     long_fa4, notices = fast([], 5000)
@@ -479,7 +479,42 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert notices and "left out" in notices[0] and "--compile" in notices[0]   # says what it left out
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp, _ = fast([], 150)
-    assert not ddp.cuda_graphs and ddp.attention == "flash"
+    assert ddp.cuda_graphs and ddp.attention == "flex"
+
+
+def test_fast_probes_that_kernels_import_and_falls_back_in_one_line(monkeypatch):
+    """A half-installed flash-attn-4 (the package found, its kernels failing to import) and a broken triton: --fast
+    says so in one notice each and picks the next kernel, never a traceback."""
+    import importlib
+    import importlib.util
+    import types
+    import train_optimized
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(train_optimized.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(train_optimized.torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(train_optimized, "KERNEL_IMPORT_ERRORS", {})
+    broken = {"flash_attn.cute.interface"}
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: types.SimpleNamespace() if name in ("flash_attn", "triton")
+                        else real_find_spec(name, *a))
+
+    def fake_import(name, *a):
+        if name in broken:
+            raise ModuleNotFoundError(f"No module named 'cutlass.cute' (while importing {name})")
+        return types.ModuleType(name)
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    args = train_optimized.build_parser().parse_args(["--fast"])
+    notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
+    assert args.attention == "triton" and args.cuda_graphs                     # fa4 -> triton
+    assert len(notices) == 1 and "flash_attn.cute.interface is installed but does not import" in notices[0]
+    assert "cutlass.cute" in notices[0] and "\n" not in notices[0]
+    broken.add("triton.language")
+    train_optimized.KERNEL_IMPORT_ERRORS.clear()
+    args = train_optimized.build_parser().parse_args(["--fast"])
+    notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
+    assert args.attention == "flash" and not args.cuda_graphs                  # triton -> FlashAttention-2
+    assert sum("does not import" in n for n in notices) == 2 and "FlashAttention-2 instead" in notices[-1]
 
 
 def test_static_features_give_compile_a_concrete_feature_count():
