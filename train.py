@@ -10,6 +10,7 @@ import gc
 import hashlib
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -18,14 +19,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpoint, save_checkpoint, set_rng_state
-from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
+from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_checkpoint,
+                        set_rng_state)
+from dump_format import DumpError, bin_paths, dump_content_digest, one_line, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
 from model import ModelConfig, NanoTabPFNModel
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
-from safe_io import OutputError, check_outputs, write_json_atomic
+from safe_io import OutputError, check_outputs, format_bytes, hold_lock, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
@@ -62,6 +64,7 @@ nonnegative_float = _checked(float, "a finite number >= 0", lambda v: 0 <= v < m
 share_flag = _checked(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
 positive_int = _checked(int, "an integer >= 1", lambda v: v >= 1)
 nonnegative_int = _checked(int, "an integer >= 0", lambda v: v >= 0)
+seed_flag = _checked(int, "an integer in 0..2**32-1 (numpy's seed range)", lambda v: 0 <= v < 2**32)
 eval_every_flag = _checked(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)  # raises if bad
 
 
@@ -78,7 +81,7 @@ class TrainConfig:
                                     "on a CPU)", type=positive_int)
     batch_size: int = _flag(32, "datasets per step (per rank)", type=positive_int)
     lr: float = _flag(4e-3, "learning rate (finite, > 0)", type=positive_float)
-    seed: int = _flag(0, "seed for the weights, torch RNG and the batch transforms", type=int)
+    seed: int = _flag(0, "seed for the weights, torch RNG and the batch transforms", type=seed_flag)
     device: str = _flag("auto", "auto, cpu, cuda or cuda:N")
     optimizer: str = _flag("schedulefree", "schedule-free AdamW (upstream) or torch AdamW",
                            choices=["schedulefree", "adamw"])
@@ -132,6 +135,32 @@ class TrainResult:
 
 class NonFiniteLoss(RuntimeError):
     """Training produced a NaN/inf loss: the run stops without writing a checkpoint."""
+
+
+class RunFailed(RuntimeError):
+    """An error ended the run mid-way (data changed or damaged, a write failed, out of memory); the message is
+    the one line for the user, saying what became of the checkpoint."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """torch's CUDA OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    text = str(exc).lower()
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text))
+
+
+def memory_advice(exc: BaseException, config, model) -> str:
+    """The allocation that failed (from the allocator's message) and the flags that need less memory."""
+    found = re.search(r"allocate (\d+) bytes", str(exc)) or re.search(r"allocate ([\d.]+ [KMGTP]i?B)", str(exc))
+    needed = "" if not found else format_bytes(int(found[1])) if found[1].isdigit() else found[1]
+    fits = []
+    if unwrap(model).config.attention == "mha":   # nn.MultiheadAttention holds the (rows x rows) scores
+        fits.append("--flash (train_optimized.py: a fused kernel that never holds the rows x rows attention "
+                    "scores)")
+    if config.batch_size > 1:
+        fits.append(f"a smaller --batch-size (e.g. {config.batch_size // 2})")
+    return (f"out of memory{f' (an allocation of {needed} failed)' if needed else ''}; "
+            f"{' or '.join(fits) or 'a smaller dump (fewer rows)'} needs less")
 
 
 # A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
@@ -297,6 +326,7 @@ class _Run:
     world_size: int
     history: list = field(default_factory=list)
     stalled_at: int | None = None
+    updating: bool = False   # inside optimizer.step(): weights may be half updated
 
     def __post_init__(self):
         self.total = self.config.steps or UPSTREAM_STEPS
@@ -309,9 +339,29 @@ class _Run:
 
     def save(self, step, reason):
         if self.config.ckpt and self.rank == 0:
-            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step, self.losses.values,
-                            self.clock.train_seconds, self.checkpoint_meta)
+            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step,
+                            self.losses.values[:step], self.clock.train_seconds, self.checkpoint_meta)
             print(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
+
+    def failed(self, step: int, exc: BaseException) -> str:
+        """The one line for an error that ended the run after `step` whole steps; a checkpoint of that step is
+        written first when the state is whole (not mid optimizer step) and finite."""
+        what = memory_advice(exc, self.config, self.model) if out_of_memory(exc) else one_line(exc)
+        ckpt = self.config.ckpt
+        why_not = ("no --ckpt given" if not ckpt else
+                   "the error was writing it" if isinstance(exc, OutputError) else
+                   "the optimizer step was cut short" if self.updating else
+                   "the other ranks cannot join the save" if self.world_size > 1 else None)
+        if why_not:
+            kept = f"; {ckpt} keeps the last good checkpoint" if ckpt and os.path.exists(ckpt) else ""
+            return f"{what}; stopped at step {step}, no checkpoint written ({why_not}){kept}"
+        try:
+            self.losses.flush()
+            self.clock.pause(self.device)
+            self.save(step, "before stopping on an error")
+        except (NonFiniteLoss, CheckpointError, OutputError) as e:
+            return f"{what}; stopped at step {step}; {ckpt} keeps the last good checkpoint ({one_line(e)})"
+        return f"{what}; stopped at step {step}, its checkpoint written to {ckpt} (--resume continues it)"
 
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
@@ -416,6 +466,9 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
+    # Whether an error came in the middle of an update (no checkpoint can be made of that state) or outside one.
+    optimizer.register_step_pre_hook(lambda *_: setattr(run, "updating", True))
+    optimizer.register_step_post_hook(lambda *_: setattr(run, "updating", False))
     fingerprints, batches = [], iter(loader)
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
@@ -451,8 +504,13 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         if config.ckpt and run.stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
             run.save(step, "end of run")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:   # SIGINT without --ckpt (with one, StopRequest turns it into a flag)
+        run.stop.requested = "SIGINT"   # exits 130, as a run that checkpointed does
         print(f"interrupted at step {step}; evaluating what was trained")
+    except (DumpError, OutputError, MemoryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and not out_of_memory(exc):
+            raise
+        raise RunFailed(run.failed(step, exc)) from None
     finally:
         if hasattr(loader, "close"):
             loader.close()
@@ -489,6 +547,7 @@ class Session:
     resume_state: dict | None
     notices: list
     attention_kernel: str | None = None   # filled by train_optimized's start block
+    lock: object = None                   # safe_io.HeldLock on --ckpt, released when execute() ends
 
 
 SETUP_ERRORS = (DumpError, CheckpointError, OutputError, UsageError, ValueError, OSError)
@@ -509,6 +568,22 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
                    "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,
                    "--tensorboard dir": config.tensorboard},
                   inputs=[info.path, *bin_paths(info.path, loader_config.bin_dir)])
+    # Held for the whole run: a second run on this --ckpt is refused here, before it does any work.
+    lock = hold_lock(config.ckpt, "--ckpt") if config.ckpt and rank == 0 else None
+    try:
+        model_config, model, loader, meta, resume_state = _build(config, model_config, loader_config, info, device,
+                                                                 rank, world_size)
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+    return Session(config, model_config, loader_config, device, rank, world_size, info, model, loader, meta,
+                   resume_state, notices, lock=lock)
+
+
+def _build(config: TrainConfig, model_config: ModelConfig, loader_config: LoaderConfig, info, device, rank: int,
+           world_size: int):
+    """(model, loader, checkpoint meta, resume state) of a run whose inputs and outputs were checked."""
     set_seed(config.seed)
     model_config = ModelConfig(**{**asdict(model_config), "num_outputs": max(2, info.max_num_classes)})
     model = NanoTabPFNModel(model_config).to(device)
@@ -521,13 +596,13 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
         if not config.ckpt:
             raise CheckpointError("--resume needs --ckpt PATH")
         resume_state = load_checkpoint(config.ckpt, meta)
+        check_tensors(config.ckpt, model.state_dict(), resume_state["train_state"]["model"])
         consumed = resume_state["train_state"]["loader"]["consumed"]
     elif config.ckpt and os.path.exists(config.ckpt):
         raise CheckpointError(f"--ckpt {config.ckpt} exists; pass --resume to continue it or choose another path")
     loader = make_loader(info, config.batch_size, device, loader_config, rank=rank, world_size=world_size,
                          consumed=consumed)
-    return Session(config, model_config, loader_config, device, rank, world_size, info, model, loader, meta,
-                   resume_state, notices)
+    return model_config, model, loader, meta, resume_state
 
 
 def _schedule(config: TrainConfig, device) -> list:
@@ -565,7 +640,18 @@ def start_lines(session: Session) -> list:
 
 
 def execute(session: Session) -> int:
-    """Trains, evaluates on rank 0, prints the report, writes the record. Returns the exit code."""
+    """Trains, evaluates on rank 0, prints the report, writes the record. Returns the exit code; errors of the
+    run (RunFailed, a checkpoint or record that cannot be written) are one line and exit 1."""
+    try:
+        return _execute(session)
+    except (RunFailed, CheckpointError, OutputError) as e:
+        return fail(e, 1)
+    finally:
+        if session.lock is not None:
+            session.lock.release()
+
+
+def _execute(session: Session) -> int:
     c, device, model = session.config, session.device, session.model
     if session.world_size > 1 and not c.cuda_graphs:   # the graphed step averages gradients itself
         from torch.nn.parallel import DistributedDataParallel
@@ -592,8 +678,6 @@ def execute(session: Session) -> int:
                        resume_state=session.resume_state, scalars=scalars)
     except NonFiniteLoss as e:
         return fail(f"{e}; training stopped, no checkpoint written from this state", 1)
-    except (CheckpointError, OutputError) as e:
-        return fail(e, 1)
     finally:
         if scalars:
             scalars.close()
