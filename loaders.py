@@ -114,6 +114,7 @@ class _H5Source:
         check_unchanged(self.path, self.expected)
 
     def _failed(self, first, count, exc):
+        check_unchanged(self.path, self.expected)   # a truncated dump: say so rather than quote h5py
         return DumpError(f"{self.path}: read of datasets {first}..{first + count - 1} failed ({exc})")
 
     def close(self):
