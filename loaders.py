@@ -1,8 +1,9 @@
 """Every data path of the training loop behind one interface: make_loader(..., LoaderConfig) -> Loader.
 
 kinds: "h5" (baseline; +pinned ring, +streams reader thread), "bin" (.bin records read by kvikio, or
-length-checked preads), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so the training
-loop never changes; describe()["path"] says what really runs. Close loaders: they hold files and threads.
+length-checked preads), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so
+the training loop never changes; describe()["path"] says what really runs. Close loaders: they hold files and
+threads. A file that changes under a reader (size or mtime) stops it with a DumpError naming the file.
 """
 from __future__ import annotations
 

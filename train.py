@@ -3,14 +3,12 @@
 As upstream (automl/nanoTabPFN): an h5py read per step, a synchronous `.to(device)`, `loss.item()` every step,
 grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds flags; all off, it is this loop.
 """
-import argparse
 import contextlib
 import functools
 import gc
 import hashlib
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -26,28 +24,15 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader
 from model import ModelConfig, NanoTabPFNModel
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
-from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
-from safe_io import OutputError, check_outputs, format_bytes, hold_lock, write_json_atomic
+from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
+                     rank_and_world, set_seed)
+from safe_io import OutputError, check_outputs, hold_lock, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
 # The toy tasks (a smoke check), the real-data suite's first split per task, or all its splits.
 EVAL_SUITES = ("toy", "real", "real-all")
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
-
-
-def _checked(kind, name: str, valid):
-    """An argparse type: `kind(text)` where valid(value) holds; `name` says what the flag takes in its error."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-            if valid(value):
-                return value
-        except ValueError:
-            pass
-        # argparse prints "argument --flag: '0' is not an integer >= 1"
-        raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
-    return parse
 
 
 def eval_interval(text: str):
@@ -59,13 +44,14 @@ def eval_interval(text: str):
     return (0, float(value)) if text.endswith("s") else (int(value), 0.0)
 
 
-positive_float = _checked(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
-nonnegative_float = _checked(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
-share_flag = _checked(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
-positive_int = _checked(int, "an integer >= 1", lambda v: v >= 1)
-nonnegative_int = _checked(int, "an integer >= 0", lambda v: v >= 0)
-seed_flag = _checked(int, "an integer in 0..2**32-1 (numpy's seed range)", lambda v: 0 <= v < 2**32)
-eval_every_flag = _checked(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)  # raises if bad
+positive_float = checked_type(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
+nonnegative_float = checked_type(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
+share_flag = checked_type(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
+positive_int = checked_type(int, "an integer >= 1", lambda v: v >= 1)
+nonnegative_int = checked_type(int, "an integer >= 0", lambda v: v >= 0)
+seed_flag = checked_type(int, "an integer in 0..2**32-1 (numpy's seed range)", lambda v: 0 <= v < 2**32)
+# eval_interval raises on bad text, so the lambda is never False
+eval_every_flag = checked_type(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)
 
 
 def _flag(default, help: str, **argparse):
@@ -138,29 +124,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 class RunFailed(RuntimeError):
-    """An error ended the run mid-way (data changed or damaged, a write failed, out of memory); the message is
-    the one line for the user, saying what became of the checkpoint."""
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """torch's CUDA OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
-    text = str(exc).lower()
-    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
-        isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text))
-
-
-def memory_advice(exc: BaseException, config, model) -> str:
-    """The allocation that failed (from the allocator's message) and the flags that need less memory."""
-    found = re.search(r"allocate (\d+) bytes", str(exc)) or re.search(r"allocate ([\d.]+ [KMGTP]i?B)", str(exc))
-    needed = "" if not found else format_bytes(int(found[1])) if found[1].isdigit() else found[1]
-    fits = []
-    if unwrap(model).config.attention == "mha":   # nn.MultiheadAttention holds the (rows x rows) scores
-        fits.append("--flash (train_optimized.py: a fused kernel that never holds the rows x rows attention "
-                    "scores)")
-    if config.batch_size > 1:
-        fits.append(f"a smaller --batch-size (e.g. {config.batch_size // 2})")
-    return (f"out of memory{f' (an allocation of {needed} failed)' if needed else ''}; "
-            f"{' or '.join(fits) or 'a smaller dump (fewer rows)'} needs less")
+    """An error ended the run mid-way (data, a write, memory): one line, saying what became of the checkpoint."""
 
 
 # A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
@@ -332,6 +296,9 @@ class _Run:
         self.total = self.config.steps or UPSTREAM_STEPS
         self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
         self.stop = StopRequest(enabled=bool(self.config.ckpt))
+        # Whether an error came in the middle of an update (no checkpoint can be made of that state) or outside one.
+        self.optimizer.register_step_pre_hook(lambda *_: setattr(self, "updating", True))
+        self.optimizer.register_step_post_hook(lambda *_: setattr(self, "updating", False))
 
     def scalar(self, tag, value, step):
         if self.scalars and value is not None and math.isfinite(value):
@@ -343,10 +310,17 @@ class _Run:
                             self.losses.values[:step], self.clock.train_seconds, self.checkpoint_meta)
             print(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
 
-    def failed(self, step: int, exc: BaseException) -> str:
-        """The one line for an error that ended the run after `step` whole steps; a checkpoint of that step is
-        written first when the state is whole (not mid optimizer step) and finite."""
-        what = memory_advice(exc, self.config, self.model) if out_of_memory(exc) else one_line(exc)
+    def interrupted(self, step):
+        self.stop.requested = "SIGINT"   # exits 130, as a run that checkpointed does
+        print(f"interrupted at step {step}; evaluating what was trained")
+
+    def failure(self, step: int, exc: BaseException) -> BaseException:
+        """RunFailed with the user's line for an error that ended the run after `step` whole steps (`exc` itself, a
+        bug, for a RuntimeError other than out of memory); a checkpoint of `step` is written first when the state
+        is whole (not mid optimizer step) and finite."""
+        if isinstance(exc, RuntimeError) and not out_of_memory(exc):
+            return exc
+        what = self.memory_line(exc) if out_of_memory(exc) else one_line(exc)
         ckpt = self.config.ckpt
         why_not = ("no --ckpt given" if not ckpt else
                    "the error was writing it" if isinstance(exc, OutputError) else
@@ -354,14 +328,17 @@ class _Run:
                    "the other ranks cannot join the save" if self.world_size > 1 else None)
         if why_not:
             kept = f"; {ckpt} keeps the last good checkpoint" if ckpt and os.path.exists(ckpt) else ""
-            return f"{what}; stopped at step {step}, no checkpoint written ({why_not}){kept}"
+            return RunFailed(f"{what}; stopped at step {step}, no checkpoint written ({why_not}){kept}")
         try:
             self.losses.flush()
             self.clock.pause(self.device)
             self.save(step, "before stopping on an error")
         except (NonFiniteLoss, CheckpointError, OutputError) as e:
-            return f"{what}; stopped at step {step}; {ckpt} keeps the last good checkpoint ({one_line(e)})"
-        return f"{what}; stopped at step {step}, its checkpoint written to {ckpt} (--resume continues it)"
+            return RunFailed(f"{what}; stopped at step {step}; {ckpt} keeps the last good checkpoint ({one_line(e)})")
+        return RunFailed(f"{what}; stopped at step {step}, its checkpoint written to {ckpt} (--resume continues it)")
+
+    def memory_line(self, exc) -> str:
+        return memory_error_line(exc, unwrap(self.model).config.attention, self.config.batch_size)
 
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
@@ -426,7 +403,10 @@ class _Run:
 
 
 def _resume(model, optimizer, resume_state, ckpt):
-    """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far)."""
+    """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far),
+    (0, [], 0.0) for a new run (resume_state None)."""
+    if resume_state is None:
+        return 0, [], 0.0
     saved = resume_state["train_state"]
     try:
         unwrap(model).load_state_dict(saved["model"])
@@ -460,15 +440,10 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         optimizer.train()   # schedule-free keeps two weight sequences: the model holds the training one
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    step, past_losses, past_seconds = 0, [], 0.0
-    if resume_state is not None:
-        step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
+    step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
     losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
-    # Whether an error came in the middle of an update (no checkpoint can be made of that state) or outside one.
-    optimizer.register_step_pre_hook(lambda *_: setattr(run, "updating", True))
-    optimizer.register_step_post_hook(lambda *_: setattr(run, "updating", False))
     fingerprints, batches = [], iter(loader)
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
@@ -505,12 +480,9 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
             losses.flush()
             run.save(step, "end of run")
     except KeyboardInterrupt:   # SIGINT without --ckpt (with one, StopRequest turns it into a flag)
-        run.stop.requested = "SIGINT"   # exits 130, as a run that checkpointed does
-        print(f"interrupted at step {step}; evaluating what was trained")
-    except (DumpError, OutputError, MemoryError, RuntimeError) as exc:
-        if isinstance(exc, RuntimeError) and not out_of_memory(exc):
-            raise
-        raise RunFailed(run.failed(step, exc)) from None
+        run.interrupted(step)
+    except (DumpError, OutputError, MemoryError, RuntimeError) as exc:   # a RuntimeError other than OOM: a bug
+        raise run.failure(step, exc) from None
     finally:
         if hasattr(loader, "close"):
             loader.close()
@@ -646,6 +618,12 @@ def execute(session: Session) -> int:
         return _execute(session)
     except (RunFailed, CheckpointError, OutputError) as e:
         return fail(e, 1)
+    except (MemoryError, RuntimeError) as e:   # out of memory outside the loop: the final evaluation
+        if not out_of_memory(e):
+            raise
+        return fail(memory_error_line(e, unwrap(session.model).config.attention, session.config.batch_size), 1)
+    except KeyboardInterrupt:   # in the final evaluation or report: training itself turns SIGINT into a stop
+        return fail("interrupted after training", 130)
     finally:
         if session.lock is not None:
             session.lock.release()
@@ -806,6 +784,8 @@ def main(argv=None):
         session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args), LoaderConfig())
     except SETUP_ERRORS as e:
         return fail(e)
+    except KeyboardInterrupt:
+        return fail("interrupted before training started", 130)
     for line in start_lines(session) + [NO_OPTIMIZATIONS]:
         print(line)
     return execute(session)

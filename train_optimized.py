@@ -251,6 +251,8 @@ def main(argv=None):
                           from_flags(LoaderConfig, args, kind=args.loader))
     except SETUP_ERRORS as e:
         return fail(e)
+    except KeyboardInterrupt:
+        return fail("interrupted before training started", 130)
     for line in start_lines(session) + notices + optimizations_block(session, args):
         print(line)
     return execute(session)

@@ -3,6 +3,7 @@ without a checkpoint, full disks and kills never leave a partial file, bad check
 import json
 import os
 import random
+import re
 import resource
 import signal
 import subprocess
@@ -303,17 +304,38 @@ def test_an_unwritable_record_after_training_is_one_line_and_keeps_the_checkpoin
 def test_out_of_memory_mid_run_names_the_memory_and_the_flags_that_fit(dump, tmp_path, monkeypatch, capsys):
     import train
     ck = tmp_path / "c.pt"
-    message = ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 6912000000 bytes. "
-               "Error code 12 (Cannot allocate memory)")   # the CPU allocator's words; CUDA's are alike
-    monkeypatch.setattr(train, "loss_on_batch", _fail_at_call(train.loss_on_batch, 4, lambda: RuntimeError(message)))
+
+    def allocate_too_much():   # a real allocator failure (the CPU's words; CUDA's name the size alike)
+        torch.empty(2**50, dtype=torch.uint8)
+    monkeypatch.setattr(train, "loss_on_batch", _fail_at_call(train.loss_on_batch, 4, allocate_too_much))
     code, err, _ = _main(["--data", dump, *QUIET, "--steps", "10", "--ckpt", ck], capsys)
-    assert code == 1 and "out of memory (an allocation of 6.4 GiB failed)" in err, err
+    assert code == 1 and "out of memory (an allocation of 1.0 PiB failed)" in err, err
     assert "--flash" in err and "--batch-size (e.g. 2)" in err and "step 3" in err
     assert torch.load(str(ck), weights_only=True)["step"] == 3
+    import runtime
+    cuda_oom = RuntimeError("CUDA out of memory. Tried to allocate 6.44 GiB. GPU 0 has a total capacity of 79.1 GiB")
+    assert runtime.memory_error_line(cuda_oom, "sdpa", 1) == (   # --flash already, one table: no flag helps
+        "out of memory (an allocation of 6.44 GiB failed); a smaller dump (fewer rows) needs less")
     other = RuntimeError("something else broke")   # not a memory error: a bug, shown as one
     monkeypatch.setattr(train, "loss_on_batch", _fail_at_call(train.loss_on_batch, 1, lambda: other))
     with pytest.raises(RuntimeError, match="something else"):
         _main(["--data", dump, *QUIET, "--steps", "2"], capsys)
+
+
+def _limit_address_space(limit):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+def test_a_real_memory_limit_on_the_baseline_attention_is_one_line(tmp_path):
+    path = write_tiny_dump(tmp_path / "long.h5", num_datasets=8, rows=3000, features=3, seed=1, ragged=False)
+    # 2.6 GB of address space: torch loads, the (rows x rows) attention scores of --attention mha do not fit
+    # (on the 2-core CI machine, train_optimized.py --flash trains under the same limit).
+    p = script(["train.py", "--data", path, "--steps", "2", *QUIET], preexec_fn=_limit_address_space(2_600_000_000))
+    err = one_line_error(p, code=1)
+    assert re.search(r"out of memory \(an allocation of [\d.]+ [MG]iB failed\); --flash", err), err
+    assert "stopped at step 0, no checkpoint written (no --ckpt given)" in err
 
 
 def test_sigint_without_a_checkpoint_exits_130(dump, monkeypatch, capsys):

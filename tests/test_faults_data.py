@@ -109,8 +109,8 @@ def test_absurd_class_counts_are_refused(tmp_path):
 
 def test_hold_lock_names_the_live_holder_and_outlives_a_dead_one(tmp_path):
     target = tmp_path / "c.pt"
-    child = subprocess.run([sys.executable, "-c", "import os, safe_io, sys; lock = safe_io.hold_lock(sys.argv[1], 'x'); "
-                            "os._exit(0)", str(target)], cwd=ROOT)   # dies holding it: its lock file stays
+    child = subprocess.run([sys.executable, "-c", "import os, safe_io, sys; lock = safe_io.hold_lock(sys.argv[1], "
+                            "'x'); os._exit(0)", str(target)], cwd=ROOT)   # dies holding it: its lock file stays
     assert child.returncode == 0 and os.path.exists(f"{target}.lock")
     lock = safe_io.hold_lock(target, "--ckpt")   # a dead process's lock is no lock
     assert open(f"{target}.lock").read() == str(os.getpid())
