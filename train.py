@@ -555,7 +555,7 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
 
 def _build(config: TrainConfig, model_config: ModelConfig, loader_config: LoaderConfig, info, device, rank: int,
            world_size: int):
-    """(model, loader, checkpoint meta, resume state) of a run whose inputs and outputs were checked."""
+    """(model config, model, loader, checkpoint meta, resume state) of a run whose inputs and outputs were checked."""
     set_seed(config.seed)
     model_config = ModelConfig(**{**asdict(model_config), "num_outputs": max(2, info.max_num_classes)})
     model = NanoTabPFNModel(model_config).to(device)
