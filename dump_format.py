@@ -438,8 +438,8 @@ def read_exact(fd: int, buffer, offset: int, path: str) -> None:
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
         if got == 0:
-            raise DumpError(f"{path}: ends at byte {offset + done}, {len(view) - done} bytes short of the "
-                            f"{len(view)} read at byte {offset} (truncated while in use?)")
+            raise DumpError(f"{path}: a read of {len(view)} bytes at byte {offset} got only {done}: the file "
+                            f"ends first (truncated while in use?)")
         done += got
 
 
