@@ -728,8 +728,8 @@ def check_args(args, argv):
     args.config_list = (parse_list(args.configs, list(FLAGS), "configs") if args.configs
                         else list(QUICK_CONFIGS) if args.quick else list(FLAGS))
     args.train_args_list = shlex.split(args.train_args)
-    try:   # before any run: a folder that cannot be written must not cost the runs
-        check_outputs({"--out dir": args.out})
+    try:   # before any run: a folder that cannot be written must not cost the runs (default: under results/)
+        check_outputs({"--out dir": args.out or os.path.join(REPO, "results")})
     except OutputError as e:
         raise UsageError(str(e)) from None
     return shlex.join(["python", "benchmark.py"] + argv)
