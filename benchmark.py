@@ -19,7 +19,7 @@ import time
 import bench_report as br
 from profile_utils import format_ms
 from runtime import ArgumentParser, UsageError, fail, resolve_device
-from safe_io import write_json_atomic
+from safe_io import OutputError, check_outputs, write_json_atomic
 from train import EVAL_SUITES
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -728,6 +728,10 @@ def check_args(args, argv):
     args.config_list = (parse_list(args.configs, list(FLAGS), "configs") if args.configs
                         else list(QUICK_CONFIGS) if args.quick else list(FLAGS))
     args.train_args_list = shlex.split(args.train_args)
+    try:   # before any run: a folder that cannot be written must not cost the runs (default: under results/)
+        check_outputs({"--out dir": args.out or os.path.join(REPO, "results")})
+    except OutputError as e:
+        raise UsageError(str(e)) from None
     return shlex.join(["python", "benchmark.py"] + argv)
 
 
@@ -743,7 +747,7 @@ def main(argv=None):
         return mode_ablation(args, command)
     except UsageError as e:
         return fail(e)
-    except RunError as e:
+    except (RunError, OutputError) as e:
         return fail(e, 1)
     except KeyboardInterrupt:
         print("interrupted: runs finished so far are in their records; rerun with --resume", file=sys.stderr)

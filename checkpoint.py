@@ -1,5 +1,6 @@
 """Checkpoints: everything needed to continue a run bit for bit, written atomically, read without pickled code."""
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -98,11 +99,81 @@ def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list
     write_bytes_atomic(path, buffer.getbuffer(), "checkpoint")
 
 
-def load_checkpoint(path: str, meta: dict) -> dict:
-    """Reads a checkpoint and checks it against this run (`meta` as save_checkpoint takes it)."""
-    state = read_checkpoint(path)
+# What --resume reads, and its type: a file missing one, or holding another type, is refused before any work.
+RESUME_KEYS = {"data": dict, "global_batch": int, "optimizer": str, "step": int, "train_state": dict}
+TRAIN_STATE_KEYS = {"model": dict, "optimizer": dict, "loader": dict, "rng": dict, "losses": list,
+                    "train_seconds": float}
+
+
+def _is(value, kind) -> bool:
+    """isinstance where a bool is no number and an int is a float."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _check_types(path, where: str, given: dict, expected: dict) -> None:
+    for key, kind in expected.items():
+        if key not in given:
+            raise CheckpointError(f"checkpoint {path} lacks {where}'{key}' (not written by train.py, or damaged); "
+                                  "it cannot be resumed")
+        if not _is(given[key], kind):
+            raise CheckpointError(f"checkpoint {path}: {where}'{key}' is a {type(given[key]).__name__}, expected "
+                                  f"{kind.__name__}; it cannot be resumed")
+
+
+def check_resumable(path, state: dict) -> None:
+    """The checks classifier.model_from_checkpoint makes, for a training state: keys and their types, step and
+    loader position >= 0, numeric hparams and losses, finite weights. CheckpointError (one line) otherwise."""
     if "train_state" not in state:
         raise CheckpointError(f"checkpoint {path} holds weights only (no training state to resume)")
+    _check_types(path, "", state, RESUME_KEYS)
+    train_state = state["train_state"]
+    _check_types(path, "train_state.", train_state, TRAIN_STATE_KEYS)
+    consumed = train_state["loader"].get("consumed")
+    for what, value in (("step", state["step"]), ("train_state.loader.consumed", consumed),
+                        ("global_batch", state["global_batch"] - 1)):
+        if not _is(value, int) or value < 0:
+            raise CheckpointError(f"checkpoint {path}: {what} is {value!r}, expected an integer >= "
+                                  f"{1 if what == 'global_batch' else 0}")
+    hparams = state.get("hparams", {})
+    bad = [f"{k}={v!r}" for k, v in (hparams.items() if isinstance(hparams, dict) else [("hparams", hparams)])
+           if not _is(v, float) or not np.isfinite(v)]
+    bad += [f"losses[{i}]={v!r}" for i, v in enumerate(train_state["losses"]) if not _is(v, float)][:1]
+    if bad:
+        raise CheckpointError(f"checkpoint {path}: {bad[0]} is not a finite number; it cannot be resumed")
+    for where in ("model", "train_state.model"):
+        weights = state["model"] if where == "model" else train_state["model"]
+        for name, t in weights.items():
+            if not isinstance(t, torch.Tensor):
+                raise CheckpointError(f"checkpoint {path}: {where} '{name}' is a {type(t).__name__}, not a tensor")
+            if t.is_floating_point() and not bool(t.isfinite().all()):
+                raise CheckpointError(f"checkpoint {path} holds non-finite weights ({where} '{name}'); it cannot "
+                                      "be resumed")
+
+
+def check_tensors(path, expected: dict, given: dict) -> None:
+    """CheckpointError naming the first tensor of `given` (a state dict) missing, extra, or of another shape or
+    dtype than in `expected` (the state dict of the model this run built)."""
+    for name, t in expected.items():
+        other = given.get(name)
+        problem = ("is missing" if other is None else
+                   f"has shape {tuple(other.shape)}, this model {tuple(t.shape)}" if other.shape != t.shape else
+                   f"has dtype {other.dtype}, this model {t.dtype}" if other.dtype != t.dtype else None)
+        if problem:
+            raise CheckpointError(f"checkpoint {path}: its tensors do not match its model_config (tensor '{name}' "
+                                  f"{problem})")
+    extra = sorted(set(given) - set(expected))
+    if extra:
+        raise CheckpointError(f"checkpoint {path}: its tensors do not match its model_config (tensor "
+                              f"'{extra[0]}' is not in this model)")
+
+
+def load_checkpoint(path: str, meta: dict) -> dict:
+    """Reads a checkpoint, checks it can be resumed (check_resumable) and matches this run (`meta` as
+    save_checkpoint takes it)."""
+    state = read_checkpoint(path)
+    check_resumable(path, state)
     stored_config, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: default
     diff = [f"{k}={stored_config.get(k, default[k])!r} (this run: {v!r})" for k, v in meta["model_config"].items()
             if k not in SPEED_ONLY_FIELDS and stored_config.get(k, default[k]) != v]
@@ -123,7 +194,7 @@ def load_checkpoint(path: str, meta: dict) -> dict:
     for name, value in meta["hparams"].items():
         if name in stored and stored[name] != value:
             # Refused, not applied: resume promises the run the checkpoint started, bit for bit.
-            flag = "--" + name.replace("_", "-")
+            flag = "--" + name.replace("_", "-")   # both numbers: check_resumable made sure
             raise CheckpointError(f"{flag} {value:g} differs from the checkpoint's {stored[name]:g}; --resume "
                                   f"continues that run exactly, so pass {flag} {stored[name]:g} (or start a new run)")
     return state
@@ -147,3 +218,18 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def save_times(text: str) -> list | None:
+    """--save-at's seconds, ascending ([] for ""); None when malformed."""
+    try:
+        times = sorted(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        return None
+    return times if all(0 < t < math.inf for t in times) else None
+
+
+def save_at_path(ckpt: str, seconds: float) -> str:
+    """Where --save-at keeps the model at `seconds` of training: <ckpt stem>-<seconds>s<ext>."""
+    stem, ext = os.path.splitext(ckpt)
+    return f"{stem}-{seconds:g}s{ext or '.pt'}"

@@ -69,6 +69,8 @@ def _as_features(X, what: str) -> np.ndarray:
                          f"minimum of 1 is required.")
     if X.dtype.kind == "c":
         raise ValueError(f"{what}: Complex data not supported; give real-valued features")
+    if X.dtype.kind == "O":   # pandas' nullable dtypes (Float64, Int64, boolean) mark a missing value with pd.NA
+        X = np.where(_is_na(X), np.nan, X)
     try:
         X = X.astype(np.float64)
     except ValueError:
@@ -79,6 +81,9 @@ def _as_features(X, what: str) -> np.ndarray:
                         f"real number)") from None
     X[np.isinf(X)] = np.nan
     return X
+
+
+_is_na = np.frompyfunc(lambda v: type(v).__name__ == "NAType", 1, 1)   # pd.NA, without importing pandas
 
 
 def _labels(y, num_rows: int):
@@ -94,7 +99,7 @@ def _labels(y, num_rows: int):
         raise ValueError(f"y_train must be 1-D with {num_rows} labels, got shape {y.shape}")
     if y.dtype.kind in "fc" and not np.isfinite(y).all():
         raise ValueError("y_train contains NaN or infinity")
-    if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and math.isnan(v)) for v in y):
+    if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and math.isnan(v)) or _is_na(v) for v in y):
         raise ValueError("y_train contains missing labels (None or NaN)")
     if y.dtype.kind == "f" and type_of_target(y) == "continuous":
         raise ValueError("y_train: Unknown label type: continuous (class labels expected, not real values)")

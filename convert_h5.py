@@ -1,6 +1,7 @@
 """Converts a nanoTabPFN HDF5 dump to the .bin records of dump_format (for kvikio / GPUDirect Storage):
 `python convert_h5.py data/prior.h5 [--verify] [--out-dir /nvme] [--force]`. Streams ~64 MB chunks; atomic
 (temp names, rename, sidecar last); one converter per dump (a lock file)."""
+import contextlib
 import os
 import sys
 import time
@@ -42,13 +43,12 @@ def _chunks(info: DumpInfo, chunk: int, desc: str, progress: bool):
 def _compare_records(info: DumpInfo, x_path: str, y_path: str, chunk: int, progress: bool) -> None:
     """Compares every .bin record's bits (and zero padding) with the HDF5; ConvertError names the first that differs."""
     R, F = info.rows, info.features
-    mx, my = (np.memmap(p, dtype=fmt.BIN_DTYPE, mode="r", shape=(info.num_datasets, fmt.record_stride_bytes(R, w) // 4))
-              for p, w in ((x_path, F), (y_path, 1)))
-    with h5py.File(info.path, "r") as f:
+    mx, my = (fmt.BinRecords(p, fmt.record_stride_bytes(R, w)) for p, w in ((x_path, F), (y_path, 1)))
+    with h5py.File(info.path, "r") as f, contextlib.closing(mx), contextlib.closing(my):
         for first, count in _chunks(info, chunk, "verify", progress):
             x = f["X"][first:first + count].astype(np.float32, copy=False).reshape(count, -1)
             y = f["y"][first:first + count].astype(np.float32, copy=False)
-            bx, by = np.asarray(mx[first:first + count]), np.asarray(my[first:first + count])
+            bx, by = mx.read(first, count), my.read(first, count)   # preads: a shrinking file is one line
             # Bits (uint32 views), so -0.0 vs 0.0 or a changed NaN payload would show.
             same = ((bx[:, :R * F].view(np.uint32) == x.view(np.uint32)).all(axis=1)
                     & (bx[:, R * F:] == 0).all(axis=1)
@@ -104,6 +104,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
     stats = {"dump": info.path, "x_bin": x_bin, "y_bin": y_bin, "sidecar": sidecar, "num_datasets": info.num_datasets,
              "bytes_written": 0, "verified": verify, "skipped": False}
     with safe_io.file_lock(sidecar + ".lock"):
+        content = fmt.dump_content_digest(info)   # under the lock: the sidecar will remember what was converted
         if not force:
             try:
                 meta = fmt.read_sidecar(sidecar, info)
@@ -120,7 +121,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
             print(f"convert_h5: writing {x_bin} and {y_bin} ({safe_io.format_bytes(total)}, {info.num_datasets} "
                   f"datasets) from {info.path}; ETA ~{total / 1e6 / EXPECTED_MB_PER_S:.0f} s at "
                   f"~{EXPECTED_MB_PER_S} MB/s", flush=True)
-        _publish(info, (x_bin, y_bin, sidecar), chunk, verify, progress)
+        _publish(info, (x_bin, y_bin, sidecar), chunk, verify, progress, content)
     seconds = time.perf_counter() - t0
     stats.update(bytes_written=total, seconds=seconds, mb_per_s=total / 1e6 / max(seconds, 1e-9))
     if progress:
@@ -129,7 +130,7 @@ def convert(dump_path, *, out_dir=None, chunk_datasets: int | None = None, verif
     return stats
 
 
-def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) -> None:
+def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool, content: str) -> None:
     """Writes the temp files, renames them, writes the sidecar last; nothing partial survives a failure."""
     x_bin, y_bin, sidecar = paths
     # Sidecar FIRST: from now until the new one lands, nothing here is accepted by a loader.
@@ -142,9 +143,10 @@ def _publish(info: DumpInfo, paths, chunk: int, verify: bool, progress: bool) ->
             if verify:
                 _compare_records(info, tmp_x, tmp_y, chunk, progress)
             stat = os.stat(info.path)
-            if stat.st_size != info.size_bytes or stat.st_mtime_ns != info.mtime_ns:
+            if (stat.st_size != info.size_bytes or stat.st_mtime_ns != info.mtime_ns
+                    or fmt.dump_content_digest(info) != content):
                 raise ConvertError(f"{info.path} changed during the conversion; run it again")
-        fmt.write_sidecar(sidecar, info, x_bin, y_bin, checksums)  # LAST: makes the conversion valid
+        fmt.write_sidecar(sidecar, info, x_bin, y_bin, checksums, content)  # LAST: makes the conversion valid
     except BaseException:  # renamed .bin files without their sidecar are litter: remove them
         for path in (x_bin, y_bin):
             if os.path.exists(path):

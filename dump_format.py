@@ -3,7 +3,6 @@ that convert_h5.py writes and the loaders read through its checked sidecar (vers
 """
 import hashlib
 import json
-import mmap
 import os
 import time
 import zlib
@@ -29,7 +28,7 @@ class DumpError(ValueError):
 
 
 class GdsUnavailable(DumpError):
-    """require_gds=True but the .bin loader would run another path (memmap, kvikio-posix, ...)."""
+    """require_gds=True but the .bin loader would run another path (pread, kvikio-posix, ...)."""
 
 
 class BinFormatError(DumpError):
@@ -42,6 +41,8 @@ class BinFormatError(DumpError):
 
 SPLIT_KEYS = ("single_eval_pos", "train_test_split_index")  # ours first, upstream's newer name second
 SCAN_CHUNK_BYTES = 64 << 20  # value scans and chunked loads read at most this much of X at a time
+# More classes than this is a damaged or foreign dump, not a task: the model would get one output per class.
+MAX_CLASSES = 100
 
 
 @dataclass
@@ -84,11 +85,26 @@ def value_problems(x, y, first: int, max_num_classes: int | None) -> tuple[str |
     return x_problem, y_problem
 
 
-def check_values(path: str, x, y, first: int, max_num_classes: int) -> None:
-    """Raises DumpError naming the dataset of the first NaN/Inf feature or invalid label (see value_problems)."""
+def check_values(path: str, x, y, first: int, max_num_classes: int, y_path: str | None = None) -> None:
+    """Raises DumpError naming the file (y_path for a label problem, when y lives apart) and the dataset of the
+    first NaN/Inf feature or invalid label (see value_problems)."""
     x_problem, y_problem = value_problems(x, y, first, max_num_classes)
     if x_problem or y_problem:
-        raise DumpError(f"{path}: {x_problem or y_problem}")
+        raise DumpError(f"{path if x_problem else y_path or path}: {x_problem or y_problem}")
+
+
+def check_unchanged(path: str, expected: tuple, stat: os.stat_result | None = None) -> None:
+    """DumpError unless `path` still has the (size, mtime_ns) it had when it was checked: a file truncated or
+    rewritten under a running loader must stop the run, not feed it zeros (h5py fills reads past the end with
+    them) or data its checks never saw."""
+    try:
+        stat = stat or os.stat(path)
+        now = (int(stat.st_size), int(stat.st_mtime_ns))
+    except OSError as exc:
+        now = (None, one_line(exc.strerror or exc))
+    if now != tuple(expected):
+        raise DumpError(f"{path} changed on disk while this run read it (size, mtime_ns {tuple(expected)} -> "
+                        f"{now}); stopped rather than train on changed or missing data")
 
 
 def _inspect_dump(path, scan_values: bool, collect: bool) -> tuple[DumpInfo | None, list[str]]:
@@ -210,12 +226,18 @@ def _inspect_open(f: h5py.File, path: str, stat: os.stat_result, scan_values: bo
         f"'{split_key}' must be in 1..num_datapoints-1; dataset {i} has split {splits[i]} with "
         f"{limit[i]} datapoints"))
     max_num_classes = _positive_scalar(f, "max_num_classes", None, problem, integer=True)
+    if max_num_classes is not None and max_num_classes > MAX_CLASSES:
+        problem(f"'max_num_classes' is {max_num_classes}; at most {MAX_CLASSES} classes are supported (the model "
+                f"has one output per class)")
+        max_num_classes = None
     original_batch_size = _positive_scalar(f, "original_batch_size", 1, problem, integer=False)
     # y is always scanned when max_num_classes must be inferred from it.
     y_max = _scan(X, Y, scan_values, Y is not None and (scan_values or max_num_classes is None),
                   max_num_classes, problem)
     if max_num_classes is None:
         max_num_classes = max(1, int(y_max) + 1)
+        if max_num_classes > MAX_CLASSES:
+            return problem(f"'y' holds class {int(y_max)}; at most {MAX_CLASSES} classes are supported")
     if num_features is None or num_datapoints is None or splits is None or Y is None:
         return None
     return DumpInfo(path, N, R, F, num_features, num_datapoints, splits, max_num_classes,
@@ -310,8 +332,9 @@ class BlockChecksum:
             view = view[take:]
 
 
-def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = None) -> dict:
-    """The sidecar dictionary of a dump's conversion; checksums = {"x": [crc...], "y": [crc...]}."""
+def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = None, content: str = "") -> dict:
+    """The sidecar dictionary of a dump's conversion; checksums = {"x": [crc...], "y": [crc...]}; content: the
+    dump's dump_content_digest, so an edit that keeps its size and mtime still makes the conversion stale."""
     N, R, F = info.num_datasets, info.rows, info.features
     x_stride, y_stride = record_stride_bytes(R, F), record_stride_bytes(R, 1)
     return {
@@ -324,7 +347,7 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
         "x_size_bytes": N * x_stride, "y_size_bytes": N * y_stride, "split_key": info.split_key,
         "max_num_classes": int(info.max_num_classes), "original_batch_size": int(info.original_batch_size),
         "source": {"path": os.path.abspath(info.path), "size_bytes": int(info.size_bytes),
-                   "mtime_ns": int(info.mtime_ns)},
+                   "mtime_ns": int(info.mtime_ns), "content_sha256": content},
         "checksum": {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES,
                      **{k: list(v) for k, v in (checksums or {}).items()}},
         "metadata_sha256": metadata_sha256(info.num_features, info.num_datapoints, info.splits),
@@ -332,9 +355,9 @@ def bin_meta(info: DumpInfo, x_bin: str, y_bin: str, checksums: dict | None = No
     }
 
 
-def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict) -> None:
+def write_sidecar(sidecar_path, info: DumpInfo, x_bin, y_bin, checksums: dict, content: str) -> None:
     """Writes the JSON sidecar atomically; write it LAST, since a loader trusts .bin files only through it."""
-    meta = bin_meta(info, x_bin, y_bin, checksums)
+    meta = bin_meta(info, x_bin, y_bin, checksums, content)
     safe_io.write_text_atomic(sidecar_path, json.dumps(meta, separators=(",", ":")), "sidecar")
 
 
@@ -380,9 +403,10 @@ def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
         p = os.path.join(os.path.dirname(os.path.abspath(sidecar_path)), name)
         if not os.path.exists(p):
             fail(f"{name} is missing (partial conversion)", "partial")
-        if os.path.getsize(p) != size:
-            fail(f"{name} is {os.path.getsize(p)} bytes, expected N*stride = {size} (partial or foreign file)",
-                 "partial")
+        stat = os.stat(p)
+        if stat.st_size != size:
+            fail(f"{name} is {stat.st_size} bytes, expected N*stride = {size} (partial or foreign file)", "partial")
+        meta[f"{which}_stat"] = (int(stat.st_size), int(stat.st_mtime_ns))   # readers stop if this changes
         crcs = checksum.get(which)
         if not isinstance(crcs, list) or len(crcs) != -(-size // CHECKSUM_BLOCK_BYTES):
             fail(f"checksum list of {name} missing or of the wrong length", "corrupt")
@@ -399,15 +423,59 @@ def read_sidecar(sidecar_path, dump_info: DumpInfo) -> dict:
         fail("metadata checksum mismatch (sidecar edited or damaged)", "corrupt")
     if meta.get("metadata_sha256") != expected["metadata_sha256"]:
         fail(f"stale: per-dataset metadata differs from {dump_info.path}", "stale")
+    if not source.get("content_sha256"):
+        fail("stale: converted before sidecars kept the dump's content digest", "stale")
+    if source["content_sha256"] != dump_content_digest(dump_info):   # an edit with its mtime restored
+        fail(f"stale: the content of {dump_info.path} changed since the conversion (sampled datasets differ; "
+             "its size and mtime did not)", "stale")
     return meta
 
 
+def read_exact(fd: int, buffer, offset: int, path: str) -> None:
+    """Fills `buffer` from `offset` with preads; DumpError naming `path` when the file ends first. (Not mmap: a
+    file truncated under a mapping kills the process with SIGBUS; a short read here is one line.)"""
+    view, done = memoryview(buffer).cast("B"), 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got == 0:
+            raise DumpError(f"{path}: a read of {len(view)} bytes at byte {offset} got only {done}: the file "
+                            f"ends first (truncated while in use?)")
+        done += got
+
+
+class BinRecords:
+    """Records [first, first+count) of one .bin file (`stride` bytes each) read with preads, each read followed by
+    a check that the file kept the (size, mtime_ns) it was verified with (`expected`, default: at open)."""
+
+    def __init__(self, path: str, stride_bytes: int, expected: tuple | None = None):
+        self.path, self.stride = path, int(stride_bytes)
+        self.fd = os.open(path, os.O_RDONLY)
+        stat = os.fstat(self.fd)
+        self.expected = tuple(expected or (stat.st_size, stat.st_mtime_ns))
+
+    def read(self, first: int, count: int, out: np.ndarray | None = None) -> np.ndarray:
+        """(count, stride/4) float32 records (into `out`, C-contiguous, when given)."""
+        out = np.empty((count, self.stride // 4), np.float32) if out is None else out
+        read_exact(self.fd, out, first * self.stride, self.path)
+        check_unchanged(self.path, self.expected, os.fstat(self.fd))
+        return out
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def _block_crc(path: str, block: int) -> int:
-    """crc32 of one block, read through mmap: no copy out of the page cache."""
-    with open(path, "rb") as f:
-        size = min(CHECKSUM_BLOCK_BYTES, os.fstat(f.fileno()).st_size - block * CHECKSUM_BLOCK_BYTES)
-        with mmap.mmap(f.fileno(), size, offset=block * CHECKSUM_BLOCK_BYTES, access=mmap.ACCESS_READ) as m:
-            return zlib.crc32(m)
+    """crc32 of one block (zlib releases the GIL, so blocks run in parallel threads)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = min(CHECKSUM_BLOCK_BYTES, os.fstat(fd).st_size - block * CHECKSUM_BLOCK_BYTES)
+        data = bytearray(max(0, size))
+        read_exact(fd, data, block * CHECKSUM_BLOCK_BYTES, path)
+        return zlib.crc32(data)
+    finally:
+        os.close(fd)
 
 
 def verify_bin_checksums(meta: dict) -> float:
@@ -423,11 +491,17 @@ def verify_bin_checksums(meta: dict) -> float:
         stride = meta[f"{which}_stride_bytes"]
         first = block * CHECKSUM_BLOCK_BYTES // stride
         last = min(meta["num_datasets"], -(-(block + 1) * CHECKSUM_BLOCK_BYTES // stride)) - 1
-        records = np.memmap(meta[f"{which}_path"], dtype=BIN_DTYPE, mode="r", shape=(meta["num_datasets"], stride // 4))
-        records = records[first:last + 1, :meta[f"{which}_record_bytes"] // 4]
+        reader = BinRecords(meta[f"{which}_path"], stride)
+        try:
+            records = reader.read(first, last + 1 - first)[:, :meta[f"{which}_record_bytes"] // 4]
+        finally:
+            reader.close()
         found = value_problems(*((records, None) if which == "x" else (None, records)), first,
                                meta["max_num_classes"])
         detail = "".join(f"; {p}" for p in found if p)   # the first invalid value, if there is one
         raise BinFormatError(f"{meta[f'{which}_path']}: content of datasets {first}..{last} differs from the "
                              f"conversion (crc32 mismatch in block {block}){detail}", "corrupt")
+    for which in ("x", "y"):   # what was verified is what the readers will check against
+        if f"{which}_stat" in meta:
+            check_unchanged(meta[f"{which}_path"], meta[f"{which}_stat"])
     return time.perf_counter() - start

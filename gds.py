@@ -1,4 +1,4 @@
-"""Which kvikio path the .bin loader really runs: gds, cufile-compat, kvikio-posix, or memmap without kvikio.
+"""Which kvikio path the .bin loader really runs: gds, cufile-compat, kvikio-posix, or preads without kvikio.
 kvikio is optional (kvikio-cu13==26.10 on the GPU machine only) and imported lazily; loaders.py asks here."""
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def choose_io_path(cuda: bool, threads: int, target: str):
     if kvikio is None:
         how = ("pinned staging + non_blocking copies on a side stream" if cuda
                else "read ahead by one thread (CPU: no copies)")
-        return None, "memmap+pinned" if cuda else "memmap", f"{missing}: numpy memmap of the .bin, {how}"
+        return None, "pread+pinned" if cuda else "pread", f"{missing}: length-checked preads of the .bin, {how}"
     kvikio.defaults.set({"num_threads": int(threads)})
     io_path, why = kvikio_io_path(kvikio)
     if read_target(io_path, target) == "host" and io_path != "kvikio-posix":

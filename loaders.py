@@ -1,8 +1,9 @@
 """Every data path of the training loop behind one interface: make_loader(..., LoaderConfig) -> Loader.
 
-kinds: "h5" (baseline; +pinned ring, +streams reader thread), "bin" (.bin records read by kvikio, or numpy
-memmap), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so the training
-loop never changes; describe()["path"] says what really runs. Close loaders: they hold files and threads.
+kinds: "h5" (baseline; +pinned ring, +streams reader thread), "bin" (.bin records read by kvikio, or
+length-checked preads), "resident" (the whole dump in device memory). All yield the same Batch bit for bit, so
+the training loop never changes; describe()["path"] says what really runs. Close loaders: they hold files and
+threads. A file that changes under a reader (size or mtime) stops it with a DumpError naming the file.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import torch
 
 import convert_h5
 import gds
-from dump_format import (BIN_ALIGNMENT, BIN_DTYPE, SCAN_CHUNK_BYTES, BinFormatError, DumpError, DumpInfo,
-                         GdsUnavailable, batch_position, bin_paths, check_values, open_dump, read_sidecar,
-                         verify_bin_checksums)
+from dump_format import (BIN_ALIGNMENT, SCAN_CHUNK_BYTES, BinFormatError, BinRecords, DumpError, DumpInfo,
+                         GdsUnavailable, batch_position, bin_paths, check_unchanged, check_values, open_dump,
+                         read_sidecar, verify_bin_checksums)
 
 LOADER_KINDS = ("h5", "bin", "resident")
 
@@ -86,10 +87,11 @@ def _views(x_flat: torch.Tensor, y_flat: torch.Tensor, batch: int, rows: int, fe
 
 
 class _H5Source:
-    """h5py reads of [first, first+B) x [:rows] x [:feats]: one hyperslab read per array per batch."""
+    """h5py reads of [first, first+B) x [:rows] x [:feats]: one hyperslab read per array per batch, each followed
+    by a check that the dump kept the size and mtime it was validated with (h5py reads zeros past a truncation)."""
 
     def __init__(self, info: DumpInfo):
-        self.path = info.path
+        self.path, self.expected = info.path, (info.size_bytes, info.mtime_ns)
         self.file = h5py.File(info.path, "r")
         self.X, self.y = self.file["X"], self.file["y"]
 
@@ -99,6 +101,7 @@ class _H5Source:
             x, y = self.X[first:first + count, :rows, :feats], self.y[first:first + count, :rows]
         except OSError as exc:
             raise self._failed(first, count, exc) from exc
+        check_unchanged(self.path, self.expected)   # one stat: the bytes just read are the validated ones
         return x.astype(np.float32, copy=False), y.astype(np.float32, copy=False)
 
     def read_into(self, x_out: np.ndarray, y_out: np.ndarray, first: int, rows: int, feats: int):
@@ -109,21 +112,24 @@ class _H5Source:
             self.y.read_direct(y_out, source_sel=np.s_[first:first + count, :rows])
         except OSError as exc:
             raise self._failed(first, count, exc) from exc
+        check_unchanged(self.path, self.expected)
 
     def _failed(self, first, count, exc):
+        check_unchanged(self.path, self.expected)   # a truncated dump: say so rather than quote h5py
         return DumpError(f"{self.path}: read of datasets {first}..{first + count - 1} failed ({exc})")
 
     def close(self):
         self.file.close()
 
 
-class _MemmapSource:
-    """numpy memmap of the .bin records; a batch is one strided view, copied and value-checked."""
+class _PreadSource:
+    """The .bin records of a batch read whole with preads (BinRecords: a short read or a changed file is one line,
+    where a memmap of a truncated file dies of SIGBUS), then sliced, copied and value-checked."""
 
     def __init__(self, info: DumpInfo, meta: dict):
-        self.info, self.path = info, meta["x_path"]
-        self.X, self.y = (np.memmap(meta[f"{a}_path"], dtype=BIN_DTYPE, mode="r",
-                                    shape=(info.num_datasets, meta[f"{a}_stride_bytes"] // 4)) for a in "xy")
+        self.info, self.path, self.y_path = info, meta["x_path"], meta["y_path"]
+        self.X, self.y = (BinRecords(meta[f"{a}_path"], meta[f"{a}_stride_bytes"], meta.get(f"{a}_stat"))
+                          for a in "xy")
 
     def read(self, first: int, count: int, rows: int, feats: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = np.empty((count, rows, feats), np.float32), np.empty((count, rows), np.float32)
@@ -133,13 +139,14 @@ class _MemmapSource:
     def read_into(self, x_out: np.ndarray, y_out: np.ndarray, first: int, rows: int, feats: int):
         count, R, F = x_out.shape[0], self.info.rows, self.info.features
         # (B, stride/4) -> drop padding -> (B, R, F) (a view: only the last axis is split) -> slice.
-        x = self.X[first:first + count, :R * F].reshape(count, R, F)
+        x = self.X.read(first, count)[:, :R * F].reshape(count, R, F)
         np.copyto(x_out, x[:, :rows, :feats])
-        np.copyto(y_out, self.y[first:first + count, :rows])
-        check_values(self.path, x_out, y_out, first, self.info.max_num_classes)
+        np.copyto(y_out, self.y.read(first, count)[:, :rows])
+        check_values(self.path, x_out, y_out, first, self.info.max_num_classes, self.y_path)
 
     def close(self):
-        self.X = self.y = None  # np.memmap has no close(): unmapped once nothing views it
+        self.X.close()
+        self.y.close()
 
 
 class _Prefetcher:
@@ -297,7 +304,7 @@ def _wait_for_side_copy(device, ready, *tensors) -> None:
 
 
 class _SourceLoader(Loader):
-    """Reads of `source` (h5py or memmap), then copies: baseline (fresh arrays, synchronous .to), pinned (CUDA only:
+    """Reads of `source` (h5py or preads), then copies: baseline (fresh arrays, synchronous .to), pinned (CUDA only:
     ring, non_blocking copies), threaded (a reader thread `prefetch` batches ahead, side-stream copies; CPU: reads)."""
 
     _side = None  # the reader thread's CUDA stream
@@ -390,14 +397,17 @@ class _KvikioLoader(Loader):
         fut_x = files[0].pread(io_x, nx, s.first * self._x_stride, task_x)
         fut_y = files[1].pread(io_y, ny, s.first * self._y_stride, task_y)
         got_x, got_y = fut_x.get(), fut_y.get()  # blocks this thread until the bytes landed
-        if got_x != nx or got_y != ny:
-            raise DumpError(f"{self.meta['x_path']}: short read at dataset {s.first} "
-                            f"({got_x}/{nx} and {got_y}/{ny} bytes): truncated .bin?")
+        for which, got, n in (("x", got_x, nx), ("y", got_y, ny)):
+            if got != n:
+                raise DumpError(f"{self.meta[f'{which}_path']}: short read at dataset {s.first} ({got}/{n} "
+                                "bytes): truncated while in use?")
+            if f"{which}_stat" in self.meta:   # the bytes just read are the verified ones
+                check_unchanged(self.meta[f"{which}_path"], self.meta[f"{which}_stat"])
         if self.target == "host":
             B, R, F = self.batch_size, self.info.rows, self.info.features
             x = io_x.view(np.float32).reshape(B, -1)[:, :R * F].reshape(B, R, F)[:, :s.rows, :s.feats]
             y = io_y.view(np.float32).reshape(B, -1)[:, :s.rows]
-            check_values(self.meta["x_path"], x, y, s.first, self.info.max_num_classes)
+            check_values(self.meta["x_path"], x, y, s.first, self.info.max_num_classes, self.meta["y_path"])
 
     def _produce(self, first_step: int, stop: threading.Event):
         torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
@@ -476,6 +486,7 @@ def _load_whole_dump(info: DumpInfo, device: torch.device) -> tuple[torch.Tensor
                 sel = np.s_[first:first + chunk]
                 f["X"].read_direct(X.numpy(), source_sel=sel, dest_sel=sel)
                 f["y"].read_direct(y.numpy(), source_sel=sel, dest_sel=sel)
+            check_unchanged(info.path, (info.size_bytes, info.mtime_ns))   # h5py reads zeros past a truncation
             return X, y
         # Two pinned slots: chunk i+1 is read from disk while chunk i's copy is in flight.
         ring = _Ring(2, (chunk * R * F, chunk * R))
@@ -488,6 +499,7 @@ def _load_whole_dump(info: DumpInfo, device: torch.device) -> tuple[torch.Tensor
             y[first:first + count].copy_(ys, non_blocking=True)
             ring.release(k)
         ring.close()
+    check_unchanged(info.path, (info.size_bytes, info.mtime_ns))
     return X, y
 
 
@@ -600,7 +612,7 @@ def _ensure_bin(info: DumpInfo, config: LoaderConfig, notes: list, progress: boo
 
 
 def _make_bin_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
-    """kind="bin": kvikio (gds / kvikio-posix / cufile-compat) or memmap, and says which really runs."""
+    """kind="bin": kvikio (gds / kvikio-posix / cufile-compat) or preads, and says which really runs."""
     cuda = device.type == "cuda"
     name = f"bin(prefetch={config.prefetch})"
     notes: list[str] = []
@@ -626,7 +638,7 @@ def _make_bin_loader(info, batch_size, device, config: LoaderConfig, position) -
         notes.append(f"bin: path {io_path} ({why}); {config.kvikio_threads} kvikio threads read whole "
                      f"batch spans {where}, {config.prefetch} deep")
     else:
-        loader = _SourceLoader(info, batch_size, device, source=_MemmapSource(info, meta), loader_name=name,
+        loader = _SourceLoader(info, batch_size, device, source=_PreadSource(info, meta), loader_name=name,
                                data_path=io_path, pinned=cuda, threaded=True, prefetch=config.prefetch, **position)
         notes.append(f"bin: path {io_path} ({why})")
     if config.pinned or config.streams:

@@ -2,6 +2,7 @@
 import argparse
 import os
 import random
+import re
 import sys
 
 
@@ -15,6 +16,43 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+def checked_type(kind, name: str, valid):
+    """An argparse type: `kind(text)` where valid(value) holds; `name` says what the flag takes in its error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+            if valid(value):
+                return value
+        except ValueError:
+            pass
+        # argparse prints "argument --flag: '0' is not an integer >= 1"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
+    return parse
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """torch's CUDA OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
+    import torch
+    text = str(exc).lower()
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text))
+
+
+def memory_error_line(exc: BaseException, attention: str, batch_size: int) -> str:
+    """One line for an out-of-memory error of training: the allocation that failed (from the allocator's
+    message: the CPU's "allocate N bytes", CUDA's "Tried to allocate 6.44 GiB") and the flags that need less."""
+    from safe_io import format_bytes
+    found = re.search(r"allocate (\d+) bytes", str(exc)) or re.search(r"allocate ([\d.]+ [KMGTP]i?B)", str(exc))
+    needed = "" if not found else format_bytes(int(found[1])) if found[1].isdigit() else found[1]
+    fits = []
+    if attention == "mha":   # nn.MultiheadAttention holds the (rows x rows) attention scores
+        fits.append("--flash (train_optimized.py: a fused kernel that never holds the rows x rows attention scores)")
+    if batch_size > 1:
+        fits.append(f"a smaller --batch-size (e.g. {batch_size // 2})")
+    return (f"out of memory{f' (an allocation of {needed} failed)' if needed else ''}; "
+            f"{' or '.join(fits) or 'a smaller dump (fewer rows)'} needs less")
 
 
 def fail(message: str, code: int = 2) -> int:

@@ -70,25 +70,71 @@ def clean_stale(folder) -> None:
                 os.unlink(path)
 
 
+def _open_lock(path, blocking: bool):
+    """An open lock file holding our pid under an exclusive flock, or None (non-blocking: held by another)."""
+    while True:
+        try:
+            handle = open(path, "a+")
+        except OSError as exc:
+            raise OutputError(f"cannot create lock {path}: {_why(exc)}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.close()
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(str(os.getpid()))
+                handle.flush()
+                return handle
+        # The holder released (unlinked) or replaced the name meanwhile: a lock on that old inode guards nothing.
+        handle.close()
+
+
+def _release(handle, path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)   # released: nothing left for the next run to clean
+    fcntl.flock(handle, fcntl.LOCK_UN)
+    handle.close()
+
+
+class HeldLock:
+    """An exclusive lock held until release() (or until this process ends: the kernel drops an flock with it)."""
+
+    def __init__(self, handle, path):
+        self._handle, self.path = handle, path
+
+    def release(self) -> None:
+        if self._handle is not None:
+            _release(self._handle, self.path)
+            self._handle = None
+
+    def __del__(self):
+        self.release()
+
+
+def hold_lock(path, what: str) -> HeldLock:
+    """Takes `<path>.lock` without waiting; OutputError (one line, naming the holder's pid) when another live
+    process holds it. The same lock layer as file_lock, for a run that owns an output for its whole length."""
+    lock = os.fspath(path) + ".lock"
+    handle = _open_lock(lock, blocking=False)
+    if handle is None:
+        pid = _lock_pid(lock)
+        raise OutputError(f"{what} {os.fspath(path)} is in use by another run (pid {pid or 'unknown'}, lock {lock}); "
+                          "wait for it to end or choose another path")
+    return HeldLock(handle, lock)
+
+
 @contextlib.contextmanager
 def file_lock(path):
     """Exclusive flock on `path` (created holding our pid); blocks until the holder releases it."""
+    handle = _open_lock(path, blocking=True)
     try:
-        handle = open(path, "a+")
-    except OSError as exc:
-        raise OutputError(f"cannot create lock {path}: {_why(exc)}") from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)   # released: nothing left for the next run to clean
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
+    finally:
+        _release(handle, path)
 
 
 @contextlib.contextmanager

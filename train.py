@@ -3,7 +3,6 @@
 As upstream (automl/nanoTabPFN): an h5py read per step, a synchronous `.to(device)`, `loss.item()` every step,
 grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds flags; all off, it is this loop.
 """
-import argparse
 import contextlib
 import functools
 import gc
@@ -18,34 +17,23 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from checkpoint import CheckpointError, StopRequest, dump_identity, load_checkpoint, save_checkpoint, set_rng_state
-from dump_format import DumpError, bin_paths, dump_content_digest, open_dump
+from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
+                        save_checkpoint, save_times, set_rng_state)
+from dump_format import DumpError, bin_paths, dump_content_digest, one_line, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
+from prior_transforms import PRIOR_TRANSFORMS, fill_missing_cells, make_categorical_columns  # noqa: F401
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
-from runtime import ArgumentParser, UsageError, fail, init_distributed, rank_and_world, set_seed
-from safe_io import OutputError, check_outputs, write_json_atomic
+from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
+                     rank_and_world, set_seed)
+from safe_io import OutputError, check_outputs, hold_lock, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
 # The toy tasks (a smoke check), the real-data suite's first split per task, or all its splits.
 EVAL_SUITES = ("toy", "real", "real-all")
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
-
-
-def _checked(kind, name: str, valid):
-    """An argparse type: `kind(text)` where valid(value) holds; `name` says what the flag takes in its error."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-            if valid(value):
-                return value
-        except ValueError:
-            pass
-        # argparse prints "argument --flag: '0' is not an integer >= 1"
-        raise argparse.ArgumentTypeError(f"{text!r} is not {name}")
-    return parse
 
 
 def eval_interval(text: str):
@@ -57,27 +45,14 @@ def eval_interval(text: str):
     return (0, float(value)) if text.endswith("s") else (int(value), 0.0)
 
 
-positive_float = _checked(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
-nonnegative_float = _checked(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
-share_flag = _checked(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
-positive_int = _checked(int, "an integer >= 1", lambda v: v >= 1)
-nonnegative_int = _checked(int, "an integer >= 0", lambda v: v >= 0)
-eval_every_flag = _checked(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)  # raises if bad
-
-
-def save_times(text: str) -> list | None:
-    """--save-at's seconds, ascending ([] for ""); None when malformed."""
-    try:
-        times = sorted(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        return None
-    return times if all(0 < t < math.inf for t in times) else None
-
-
-def save_at_path(ckpt: str, seconds: float) -> str:
-    """Where --save-at keeps the model at `seconds` of training: <ckpt stem>-<seconds>s<ext>."""
-    stem, ext = os.path.splitext(ckpt)
-    return f"{stem}-{seconds:g}s{ext or '.pt'}"
+positive_float = checked_type(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
+nonnegative_float = checked_type(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
+share_flag = checked_type(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
+positive_int = checked_type(int, "an integer >= 1", lambda v: v >= 1)
+nonnegative_int = checked_type(int, "an integer >= 0", lambda v: v >= 0)
+seed_flag = checked_type(int, "an integer in 0..2**32-1 (numpy's seed range)", lambda v: 0 <= v < 2**32)
+# eval_interval raises on bad text, so the lambda is never False
+eval_every_flag = checked_type(str, "N steps or Ns seconds", lambda text: eval_interval(text) is not None)
 
 
 def _flag(default, help: str, **argparse):
@@ -93,7 +68,7 @@ class TrainConfig:
                                     "on a CPU)", type=positive_int)
     batch_size: int = _flag(32, "datasets per step (per rank)", type=positive_int)
     lr: float = _flag(4e-3, "learning rate (finite, > 0)", type=positive_float)
-    seed: int = _flag(0, "seed for the weights, torch RNG and the batch transforms", type=int)
+    seed: int = _flag(0, "seed for the weights, torch RNG and the batch transforms", type=seed_flag)
     device: str = _flag("auto", "auto, cpu, cuda or cuda:N")
     optimizer: str = _flag("schedulefree", "schedule-free AdamW (upstream) or torch AdamW",
                            choices=["schedulefree", "adamw"])
@@ -121,7 +96,7 @@ class TrainConfig:
                             type=nonnegative_int)
     save_at: str = _flag("", "also keep the model at these seconds of training: --save-at 60,180 writes "
                              "<ckpt>-60s.pt and <ckpt>-180s.pt (a time-to-quality curve from one run)",
-                         type=_checked(str, "seconds > 0, comma-separated", lambda text: save_times(text) is not None))
+                         type=checked_type(str, "seconds > 0, comma-separated", lambda t: save_times(t) is not None))
     resume: bool = _flag(False, "continue the run stored in --ckpt exactly", action="store_true")
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
@@ -152,6 +127,10 @@ class NonFiniteLoss(RuntimeError):
     """Training produced a NaN/inf loss: the run stops without writing a checkpoint."""
 
 
+class RunFailed(RuntimeError):
+    """An error ended the run mid-way (data, a write, memory): one line, saying what became of the checkpoint."""
+
+
 # A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
 STALLED_STEPS = 200
 
@@ -179,44 +158,6 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets)
 
 
-def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> torch.Generator:
-    """Seeded from (seed, step, rank, stream) alone: a resumed run redraws the same values; ranks, streams differ."""
-    return torch.Generator(device).manual_seed((seed * 1_000_003 + step) * 4096 + rank + (stream << 60))
-
-
-def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
-    """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
-    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
-    x, split = batch.x, batch.split
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 0), device=x.device)
-    share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
-    missing = draw(x.shape) < share                                                              # (B, R, F)
-    kept = ~missing[:, :split]                                                                   # (B, S, F)
-    mean = torch.where(kept, x[:, :split], 0.0).sum(1, keepdim=True) / kept.sum(1, keepdim=True).clamp(min=1)
-    return batch._replace(x=torch.where(missing, mean, x))
-
-
-def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
-    """Real tables' ordinal-coded categories, whose code order says nothing: each non-constant column becomes, with
-    probability share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in a random
-    order. A new x (B, R, F); the loader's is kept."""
-    x = batch.x
-    num_tables, rows, features = x.shape
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
-    chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
-    max_levels = max(2, rows // 2)
-    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
-    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
-    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
-    level = (below * levels / rows).long()                                                    # (B, R, F) in [0, K)
-    # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
-    key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
-    code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
-    return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
-
-
-# The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
-PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
 # The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
 RUN_FIELDS = ("lr", "seed", *(name for name, _ in PRIOR_TRANSFORMS))
 
@@ -315,12 +256,16 @@ class _Run:
     world_size: int
     history: list = field(default_factory=list)
     stalled_at: int | None = None
+    updating: bool = False   # inside optimizer.step(): weights may be half updated
 
     def __post_init__(self):
         self.total = self.config.steps or UPSTREAM_STEPS
         self.eval_steps, self.eval_seconds = eval_interval(self.config.eval_every)
         self.stop = StopRequest(enabled=bool(self.config.ckpt))
         self.save_times = [t for t in save_times(self.config.save_at) if t > self.clock.train_seconds]
+        # Whether an error came in the middle of an update (no checkpoint can be made of that state) or outside one.
+        self.optimizer.register_step_pre_hook(lambda *_: setattr(self, "updating", True))
+        self.optimizer.register_step_post_hook(lambda *_: setattr(self, "updating", False))
 
     def scalar(self, tag, value, step):
         if self.scalars and value is not None and math.isfinite(value):
@@ -328,9 +273,39 @@ class _Run:
 
     def save(self, step, reason):
         if self.config.ckpt and self.rank == 0:
-            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step, self.losses.values,
-                            self.clock.train_seconds, self.checkpoint_meta)
+            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step,
+                            self.losses.values[:step], self.clock.train_seconds, self.checkpoint_meta)
             print(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
+
+    def interrupted(self, step):
+        self.stop.requested = "SIGINT"   # exits 130, as a run that checkpointed does
+        print(f"interrupted at step {step}; evaluating what was trained")
+
+    def failure(self, step: int, exc: BaseException) -> BaseException:
+        """RunFailed with the user's line for an error that ended the run after `step` whole steps (`exc` itself, a
+        bug, for a RuntimeError other than out of memory); a checkpoint of `step` is written first when the state
+        is whole (not mid optimizer step) and finite."""
+        if isinstance(exc, RuntimeError) and not out_of_memory(exc):
+            return exc
+        what = self.memory_line(exc) if out_of_memory(exc) else one_line(exc)
+        ckpt = self.config.ckpt
+        why_not = ("no --ckpt given" if not ckpt else
+                   "the error was writing it" if isinstance(exc, OutputError) else
+                   "the optimizer step was cut short" if self.updating else
+                   "the other ranks cannot join the save" if self.world_size > 1 else None)
+        if why_not:
+            kept = f"; {ckpt} keeps the last good checkpoint" if ckpt and os.path.exists(ckpt) else ""
+            return RunFailed(f"{what}; stopped at step {step}, no checkpoint written ({why_not}){kept}")
+        try:
+            self.losses.flush()
+            self.clock.pause(self.device)
+            self.save(step, "before stopping on an error")
+        except (NonFiniteLoss, CheckpointError, OutputError) as e:
+            return RunFailed(f"{what}; stopped at step {step}; {ckpt} keeps the last good checkpoint ({one_line(e)})")
+        return RunFailed(f"{what}; stopped at step {step}, its checkpoint written to {ckpt} (--resume continues it)")
+
+    def memory_line(self, exc) -> str:
+        return memory_error_line(exc, unwrap(self.model).config.attention, self.config.batch_size)
 
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
@@ -409,7 +384,10 @@ class _Run:
 
 
 def _resume(model, optimizer, resume_state, ckpt):
-    """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far)."""
+    """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far),
+    (0, [], 0.0) for a new run (resume_state None)."""
+    if resume_state is None:
+        return 0, [], 0.0
     saved = resume_state["train_state"]
     try:
         unwrap(model).load_state_dict(saved["model"])
@@ -443,9 +421,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         optimizer.train()   # schedule-free keeps two weight sequences: the model holds the training one
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    step, past_losses, past_seconds = 0, [], 0.0
-    if resume_state is not None:
-        step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
+    step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
     losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
@@ -484,8 +460,10 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
         if config.ckpt and run.stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
             run.save(step, "end of run")
-    except KeyboardInterrupt:
-        print(f"interrupted at step {step}; evaluating what was trained")
+    except KeyboardInterrupt:   # SIGINT without --ckpt (with one, StopRequest turns it into a flag)
+        run.interrupted(step)
+    except (DumpError, OutputError, MemoryError, RuntimeError) as exc:   # a RuntimeError other than OOM: a bug
+        raise run.failure(step, exc) from None
     finally:
         if hasattr(loader, "close"):
             loader.close()
@@ -522,6 +500,7 @@ class Session:
     resume_state: dict | None
     notices: list
     attention_kernel: str | None = None   # filled by train_optimized's start block
+    lock: object = None                   # safe_io.HeldLock on --ckpt, released when execute() ends
 
 
 SETUP_ERRORS = (DumpError, CheckpointError, OutputError, UsageError, ValueError, OSError)
@@ -545,6 +524,22 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
                    "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,
                    "--tensorboard dir": config.tensorboard},
                   inputs=[info.path, *bin_paths(info.path, loader_config.bin_dir)])
+    # Held for the whole run: a second run on this --ckpt is refused here, before it does any work.
+    lock = hold_lock(config.ckpt, "--ckpt") if config.ckpt and rank == 0 else None
+    try:
+        model_config, model, loader, meta, resume_state = _build(config, model_config, loader_config, info, device,
+                                                                 rank, world_size)
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+    return Session(config, model_config, loader_config, device, rank, world_size, info, model, loader, meta,
+                   resume_state, notices, lock=lock)
+
+
+def _build(config: TrainConfig, model_config: ModelConfig, loader_config: LoaderConfig, info, device, rank: int,
+           world_size: int):
+    """(model config, model, loader, checkpoint meta, resume state) of a run whose inputs and outputs were checked."""
     set_seed(config.seed)
     model_config = ModelConfig(**{**asdict(model_config), "num_outputs": max(2, info.max_num_classes)})
     model = NanoTabPFNModel(model_config).to(device)
@@ -557,13 +552,13 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
         if not config.ckpt:
             raise CheckpointError("--resume needs --ckpt PATH")
         resume_state = load_checkpoint(config.ckpt, meta)
+        check_tensors(config.ckpt, model.state_dict(), resume_state["train_state"]["model"])
         consumed = resume_state["train_state"]["loader"]["consumed"]
     elif config.ckpt and os.path.exists(config.ckpt):
         raise CheckpointError(f"--ckpt {config.ckpt} exists; pass --resume to continue it or choose another path")
     loader = make_loader(info, config.batch_size, device, loader_config, rank=rank, world_size=world_size,
                          consumed=consumed)
-    return Session(config, model_config, loader_config, device, rank, world_size, info, model, loader, meta,
-                   resume_state, notices)
+    return model_config, model, loader, meta, resume_state
 
 
 def _schedule(config: TrainConfig, device) -> list:
@@ -601,7 +596,24 @@ def start_lines(session: Session) -> list:
 
 
 def execute(session: Session) -> int:
-    """Trains, evaluates on rank 0, prints the report, writes the record. Returns the exit code."""
+    """Trains, evaluates on rank 0, prints the report, writes the record. Returns the exit code; errors of the
+    run (RunFailed, a checkpoint or record that cannot be written) are one line and exit 1."""
+    try:
+        return _execute(session)
+    except (RunFailed, CheckpointError, OutputError) as e:
+        return fail(e, 1)
+    except (MemoryError, RuntimeError) as e:   # out of memory outside the loop: the final evaluation
+        if not out_of_memory(e):
+            raise
+        return fail(memory_error_line(e, unwrap(session.model).config.attention, session.config.batch_size), 1)
+    except KeyboardInterrupt:   # in the final evaluation or report: training itself turns SIGINT into a stop
+        return fail("interrupted after training", 130)
+    finally:
+        if session.lock is not None:
+            session.lock.release()
+
+
+def _execute(session: Session) -> int:
     c, device, model = session.config, session.device, session.model
     if session.world_size > 1 and not c.cuda_graphs:   # the graphed step averages gradients itself
         from torch.nn.parallel import DistributedDataParallel
@@ -628,8 +640,6 @@ def execute(session: Session) -> int:
                        resume_state=session.resume_state, scalars=scalars)
     except NonFiniteLoss as e:
         return fail(f"{e}; training stopped, no checkpoint written from this state", 1)
-    except (CheckpointError, OutputError) as e:
-        return fail(e, 1)
     finally:
         if scalars:
             scalars.close()
@@ -767,6 +777,8 @@ def main(argv=None):
         session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args), LoaderConfig())
     except SETUP_ERRORS as e:
         return fail(e)
+    except KeyboardInterrupt:
+        return fail("interrupted before training started", 130)
     for line in start_lines(session) + [NO_OPTIMIZATIONS]:
         print(line)
     return execute(session)

@@ -21,11 +21,10 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 FAST_GRAPHS_MAX_ROWS = 1024
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
-# --recipe real-tables: the flags it fills when left at their defaults, chosen on 90 s runs and checked at 1-10 min
-# (docs/real-data.md). Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
-RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, categorical_columns=0.2, missing_cells=0.1)}
+# --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*). Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
+RECIPES = {"real-tables": dict(fast=True, model_preset="nano", lr=4e-3, categorical_columns=0.2, missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
-RECIPE_DUMP_DATASETS = {"cuda": 200_000, "cpu": 4_000}   # a CPU makes a few hundred of these a second
+RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 23 s on an H100; a CPU makes a few hundred a second
 
 
 def build_parser():
@@ -292,6 +291,8 @@ def main(argv=None):
                           from_flags(LoaderConfig, args, kind=args.loader))
     except SETUP_ERRORS as e:
         return fail(e)
+    except KeyboardInterrupt:
+        return fail("interrupted before training started", 130)
     for line in start_lines(session) + notices + optimizations_block(session, args):
         print(line)
     return execute(session)

@@ -56,7 +56,7 @@ def test_round_trip_bin_equals_h5(dump):
     with make(dump, B, "cpu", start=2) as h5, \
             make(dump, B, "cpu", kind="bin", start=2, no_convert=True) as binl:
         assert re.fullmatch(r"bin: crc32 of 0\.00 GB verified in \d+\.\d\d s", binl.notes[0]), binl.notes
-        assert binl.notes[1:] == ["bin: path memmap (no CUDA device: numpy memmap of the .bin, read "
+        assert binl.notes[1:] == ["bin: path pread (no CUDA device: length-checked preads of the .bin, read "
                                   "ahead by one thread (CPU: no copies))"]
         assert _same(_take(binl, 16), _take(h5, 16))  # 16 steps of 4 from 2 over 29: wraps twice
 

@@ -94,7 +94,7 @@ def test_bin_loader_matches_baseline_and_names_its_path(dump, prefetch, capsys):
     if kvikio is None:
         with capsys.disabled():
             print(f"\nNOTE: kvikio not importable here; the bin loader ran {desc['path']}")
-        assert desc["path"] == "memmap+pinned"
+        assert desc["path"] == "pread+pinned"
     else:
         # outside GDS kvikio runs its compat (POSIX) path, into CUDA slots by default
         assert desc["path"] in ("gds", "kvikio-posix", "cufile-compat")
@@ -185,7 +185,7 @@ def test_bin_variants_match_baseline(dump, bin_variant):
         got = _take(loader)
     _assert_same(got, want)
     if bin_variant == "memmap":
-        assert path == "memmap+pinned"
+        assert path == "pread+pinned"
     elif bin_variant == "kvikio":
         assert path in ("gds", "kvikio-posix")
     else:
@@ -346,7 +346,7 @@ def test_invalid_bin_values_are_refused_on_gpu(tmp_path, monkeypatch, variant):
     with pytest.raises(dump_format.BinFormatError, match=r"crc32 mismatch .*first in dataset 12\)"):
         make(path, B, "cuda", kind="bin", no_convert=True)
     with make(path, B, "cuda", kind="bin", no_convert=True, verify_bin=False, kvikio_target="host") as loader:
-        assert loader.describe()["path"] == ("memmap+pinned" if variant == "memmap" else "kvikio-posix")
+        assert loader.describe()["path"] == ("pread+pinned" if variant == "memmap" else "kvikio-posix")
         _take(loader, 2)                                   # datasets 0..9 are fine
         with pytest.raises(dump_format.DumpError, match=r"'X' contains NaN or Inf values \(first in dataset 12\)"):
             next(loader)

@@ -111,7 +111,7 @@ def test_every_loader_matches_baseline(dump, name, capsys):
 
 def test_describe_paths_and_cpu_notes(dump):
     expected = {"h5": "h5py+sync-copy", "h5+pinned": "h5py+sync-copy", "h5+streams": "h5py+sync-copy",
-                "h5+pinned+streams": "h5py+sync-copy", "bin": "memmap", "bin-prefetch1": "memmap",
+                "h5+pinned+streams": "h5py+sync-copy", "bin": "pread", "bin-prefetch1": "pread",
                 "resident": "resident-host"}
     for name, kw in LOADERS.items():
         with make(dump, B, "cpu", **kw) as loader:
@@ -393,7 +393,7 @@ def test_batch_larger_than_dump(dump):
 
 
 def test_require_gds_on_cpu_raises(dump, tmp_path):
-    with pytest.raises(dump_format.GdsUnavailable, match="would run 'memmap', not GPUDirect Storage") as err:
+    with pytest.raises(dump_format.GdsUnavailable, match="would run 'pread', not GPUDirect Storage") as err:
         make(dump, B, "cpu", kind="bin", require_gds=True, bin_dir=tmp_path)
     assert "\n" not in str(err.value) and isinstance(err.value, dump_format.DumpError)
     assert os.listdir(tmp_path) == []  # raised before converting anything
@@ -411,7 +411,7 @@ def test_resident_falls_back_when_it_does_not_fit(dump, monkeypatch):
 
 def test_reader_thread_errors_reach_the_consumer_and_close_is_clean(dump, monkeypatch):
     calls = {"n": 0}
-    real = loaders._MemmapSource.read
+    real = loaders._PreadSource.read
 
     def flaky(self, *args):
         calls["n"] += 1
@@ -421,7 +421,7 @@ def test_reader_thread_errors_reach_the_consumer_and_close_is_clean(dump, monkey
 
     with make(dump, B, "cpu", kind="bin") as warm:  # converts once
         next(warm)
-    monkeypatch.setattr(loaders._MemmapSource, "read", flaky)
+    monkeypatch.setattr(loaders._PreadSource, "read", flaky)
     loader = make(dump, B, "cpu", kind="bin", prefetch=1)
     _take(loader, 3)
     with pytest.raises(OSError, match="simulated disk error on batch 4"):

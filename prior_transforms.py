@@ -1,0 +1,46 @@
+"""The prior's batch transforms, run on each batch in the training loop's data phase (on the GPU, seeded by
+(seed, step, rank) alone, so a resumed run redraws the same values): real tables' missing cells and category codes."""
+import functools
+import math
+
+import torch
+
+
+def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> torch.Generator:
+    """Seeded from (seed, step, rank, stream) alone: a resumed run redraws the same values; ranks, streams differ."""
+    return torch.Generator(device).manual_seed((seed * 1_000_003 + step) * 4096 + rank + (stream << 60))
+
+
+def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
+    """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
+    cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
+    x, split = batch.x, batch.split
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 0), device=x.device)
+    share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
+    missing = draw(x.shape) < share                                                              # (B, R, F)
+    kept = ~missing[:, :split]                                                                   # (B, S, F)
+    mean = torch.where(kept, x[:, :split], 0.0).sum(1, keepdim=True) / kept.sum(1, keepdim=True).clamp(min=1)
+    return batch._replace(x=torch.where(missing, mean, x))
+
+
+def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
+    """Real tables' ordinal-coded categories, whose code order says nothing: each non-constant column becomes, with
+    probability share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in a random
+    order. A new x (B, R, F); the loader's is kept."""
+    x = batch.x
+    num_tables, rows, features = x.shape
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
+    chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+    max_levels = max(2, rows // 2)
+    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
+    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
+    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
+    level = (below * levels / rows).long()                                                    # (B, R, F) in [0, K)
+    # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
+    key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
+    code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
+    return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
+
+
+# The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
+PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
