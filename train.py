@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
                         save_checkpoint, save_times, set_rng_state)
-from dump_format import DumpError, bin_paths, dump_content_digest, one_line, open_dump
+from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
@@ -124,6 +124,10 @@ class TrainResult:
 
 
 class NonFiniteLoss(RuntimeError):
+    def __init__(self, message: str, step: int = 0):
+        super().__init__(message)
+        self.step = step   # 1-based: the loss of loader batch step - 1
+
     """Training produced a NaN/inf loss: the run stops without writing a checkpoint."""
 
 
@@ -202,7 +206,7 @@ class LossLog:
         for value in values:
             self.values.append(value)
             if not math.isfinite(value):
-                raise NonFiniteLoss(f"loss is {value} at step {len(self.values)}")
+                raise NonFiniteLoss(f"loss is {value} at step {len(self.values)}", len(self.values))
 
 
 class Clock:
@@ -580,6 +584,14 @@ def resolve_data(path):
     return ensure_default_dump()
 
 
+def nonfinite_line(session: Session, error: NonFiniteLoss) -> str:
+    """The non-finite guard's one line: the step, its global batch's datasets, and the checkpoint left on disk."""
+    ckpt, size = session.config.ckpt, session.loader.batch_size * session.world_size
+    first = batch_position(max(error.step - 1, 0), session.loader.start, size, session.info.num_datasets)
+    kept = f"{ckpt} keeps the last good checkpoint" if ckpt and os.path.exists(ckpt) else "no checkpoint was kept"
+    return f"{error} (datasets {first}..{first + size - 1} of {session.info.path}); training stopped; {kept}"
+
+
 def start_lines(session: Session) -> list:
     """What the run will do, before it does it: data, device, schedule and its expected length."""
     c, info = session.config, session.info
@@ -639,7 +651,7 @@ def _execute(session: Session) -> int:
                        eval_fn=eval_fn, checkpoint_meta=session.checkpoint_meta,
                        resume_state=session.resume_state, scalars=scalars)
     except NonFiniteLoss as e:
-        return fail(f"{e}; training stopped, no checkpoint written from this state", 1)
+        return fail(nonfinite_line(session, e), 1)
     finally:
         if scalars:
             scalars.close()

@@ -164,7 +164,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
 
 def check_flags(args, on_cuda: bool):
     """Combinations that cannot do what they say: one-line UsageError, before any work."""
-    head_dim = args.embedding_size // args.num_attention_heads
+    head_dim = fill_model_size(args).embedding_size // args.num_attention_heads
     refusals = [
         (args.require_gds and args.loader != "bin", "--require-gds needs --loader bin (--gds-bin)"),
         (args.compile_tuning and not args.compile, "--compile-tuning tunes what --compile compiles; add --compile"),

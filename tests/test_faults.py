@@ -92,6 +92,12 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(flags,
     code = train_optimized.main([*common, "--steps", "20", "--resume", "--save-every", "1" if not flags else "3"])
     err = capsys.readouterr().err
     assert code == 1 and "nan" in err.lower() and "step 5" in err and err.strip().count("\n") == 0, err
+    import re
+    from dump_format import batch_position, open_dump
+    info, size = open_dump(dump), int(train_optimized.build_parser().parse_args(common).batch_size)
+    first = batch_position(4, 0, size, info.num_datasets)                 # step 5 is loader batch 4
+    assert f"datasets {first}..{first + size - 1} of {dump}" in err and "keeps the last good checkpoint" in err, err
+    assert re.search(r"datasets \d+\.\.\d+ of ", err)
     state = torch.load(str(ck), weights_only=True)
     assert all(torch.isfinite(t).all() for t in state["train_state"]["model"].values())
     if not flags:
