@@ -319,3 +319,18 @@ def test_sigkill_mid_write_keeps_the_old_dump_and_the_next_run_cleans_up(tmp_pat
     prior_dump.write_dump(out, 40, 30, 3, 2, seed=0, progress=False)      # the next run removes the litter
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5"]
     assert len(_read(out)["X"]) == 40
+
+
+def test_block_log_features_are_one_count_per_aligned_block_and_the_uniform_law_is_unchanged():
+    """The real preset's law: one feature count per aligned block (a batch of the block size has no all-zero
+    columns), log-uniform in 2..F, so small counts are common; the default law still draws per dataset."""
+    block = _concat(prior_dump.generate(256, 40, 12, 4, seed=5, original_batch_size=16, feature_law="block-log"))
+    counts = block["num_features"].reshape(-1, 16)
+    assert (counts == counts[:, :1]).all() and counts.min() >= 1 and counts.max() <= 12
+    assert len(np.unique(counts[:, 0])) > 3 and (counts[:, 0] <= 4).mean() > 0.3     # log-uniform: many small
+    active = np.abs(block["X"]).sum(1) > 0                                            # (N, F) non-zero columns
+    assert (active.sum(1) == block["num_features"]).all()                             # zero beyond the count only
+    uniform = _concat(prior_dump.generate(256, 40, 12, 4, seed=5, original_batch_size=16))
+    assert not (uniform["num_features"].reshape(-1, 16) == uniform["num_features"].reshape(-1, 16)[:, :1]).all()
+    with pytest.raises(ValueError, match="feature_law"):
+        list(prior_dump.generate(8, 40, 12, 4, seed=5, feature_law="zipf"))

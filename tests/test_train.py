@@ -737,3 +737,58 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
     for flag in ("--missing-cells", "--categorical-columns"):
         p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
         assert p.returncode == 2 and flag in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_model_presets_and_size_flags(dump, tmp_path):
+    """--model-preset sets the four size fields; a size flag given as well wins; the checkpoint holds the sizes."""
+    from model import MODEL_PRESETS
+    from train import build_parser, fill_model_size
+    args = fill_model_size(build_parser().parse_args(["--model-preset", "small", "--num-layers", "2"]))
+    assert (args.embedding_size, args.num_attention_heads, args.num_layers) == (128, 4, 2)
+    assert fill_model_size(build_parser().parse_args([])).embedding_size == MODEL_PRESETS["nano"]["embedding_size"]
+    assert MODEL_PRESETS["large"]["num_layers"] == 12 and all(
+        p["embedding_size"] // p["num_attention_heads"] in (24, 32) for p in MODEL_PRESETS.values())
+    ck = tmp_path / "m.pt"
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval",
+                                           "--model-preset", "small", "--num-layers", "1", "--ckpt", str(ck)])
+    config = torch.load(str(ck), weights_only=True)["model_config"]
+    assert code == 0 and config["embedding_size"] == 128 and config["num_layers"] == 1
+
+
+def test_save_at_keeps_the_model_at_each_time_and_needs_a_ckpt(dump, tmp_path, capsys):
+    from classifier import NanoTabPFNClassifier
+    ck = tmp_path / "run.pt"
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "6", "--batch-size", "4", "--no-eval",
+                                           "--log-every", "2", "--ckpt", str(ck), "--save-at", "1e-9,2e-9"])
+    out = capsys.readouterr().out
+    assert code == 0 and "(--save-at 1e-09)" in out and "(--save-at 2e-09)" in out
+    for path in (tmp_path / "run-1e-09s.pt", tmp_path / "run-2e-09s.pt", ck):
+        assert NanoTabPFNClassifier.from_checkpoint(str(path)).model is not None
+    steps = [torch.load(str(p), weights_only=True)["step"] for p in (tmp_path / "run-1e-09s.pt", ck)]
+    assert steps == [2, 6]                                  # the first log point past the time, and the end
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "60"])
+    assert code == 2 and "--save-at keeps copies of --ckpt" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "-1", "--ckpt", str(ck)])
+    assert exit_info.value.code == 2 and "--save-at: '-1' is not seconds > 0" in capsys.readouterr().err
+
+
+def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
+    """--recipe real-tables: its flags where the user left defaults, a time budget unless --steps, its dump unless
+    --data (made once by prior_dump.ensure_default_dump on the real preset)."""
+    import prior_dump
+    import train_optimized
+    made = []
+    monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda **kw: made.append(kw) or dump)
+    parser = train_optimized.build_parser()
+    args = parser.parse_args(["--recipe", "real-tables", "--lr", "1e-3"])
+    notices = train_optimized.apply_recipe(args, parser, on_cuda=True)
+    chosen = train_optimized.RECIPES["real-tables"]
+    assert args.fast and args.model_preset == chosen["model_preset"] and args.lr == 1e-3     # explicit --lr wins
+    assert args.categorical_columns == chosen["categorical_columns"] and args.missing_cells == chosen["missing_cells"]
+    assert args.time_budget == train_optimized.RECIPE_BUDGET_S and args.data == dump
+    assert made == [dict(preset="real", num_datasets=train_optimized.RECIPE_DUMP_DATASETS["cuda"], device="cuda")]
+    assert len(notices) == 1 and "--recipe real-tables" in notices[0]
+    args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"])
+    train_optimized.apply_recipe(args, parser, on_cuda=False)
+    assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
