@@ -24,6 +24,7 @@ KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*). Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
 RECIPES = {"real-tables": dict(fast=True, model_preset="nano", lr=4e-3, categorical_columns=0.2, missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
+RECIPE_CPU_BATCH = 8
 RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 23 s on an H100; a CPU makes a few hundred a second
 
 
@@ -77,6 +78,11 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
             setattr(args, name, value)
     if args.steps is None and args.time_budget == 0:
         args.time_budget = RECIPE_BUDGET_S
+    cpu = []
+    if not on_cuda and args.batch_size == parser.get_default("batch_size"):
+        args.batch_size = RECIPE_CPU_BATCH
+        cpu = [f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (32 tables of 256 rows need "
+               f"~20 GB here) and a few seconds a step: the recipe is meant for a GPU"]
     if args.data is None:
         from prior_dump import ensure_default_dump   # lazily: only the recipe makes this dump
         device = "cuda" if on_cuda else "cpu"
@@ -84,7 +90,7 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
     given = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}" if isinstance(v, float) else f" {v}")
                      for k, v in chosen.items())
     return [f"--recipe {args.recipe}: {given} (flags given explicitly win) on {args.data}, "
-            f"{args.time_budget:.0f} s of training" if args.time_budget else f"--recipe {args.recipe}: {given}"]
+            f"{args.time_budget:.0f} s of training" if args.time_budget else f"--recipe {args.recipe}: {given}"] + cpu
 
 
 # Kernel modules whose import failed here: {module: "ErrorType: first line"} (found is not enough: a half-installed

@@ -792,3 +792,4 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"])
     train_optimized.apply_recipe(args, parser, on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
+    assert args.batch_size == train_optimized.RECIPE_CPU_BATCH                            # a CPU: a smaller batch
