@@ -116,6 +116,7 @@ def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
     os.remove(caches["suite"][0])
     assert quality.main(args) == 2 and "no readable real-data cache" in capsys.readouterr().err
     assert quality.main(["score", "--out", "x.json", "bad"]) == 2 and "NAME=CKPT" in capsys.readouterr().err
+    assert quality.main(["score", "--out", "x.json", f"knn={ten}"]) == 2 and "baseline" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "out.json")
 
 
