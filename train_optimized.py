@@ -21,7 +21,8 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 FAST_GRAPHS_MAX_ROWS = 1024
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
-# --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*). Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
+# --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*).
+# Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
 RECIPES = {"real-tables": dict(fast=True, model_preset="nano", lr=4e-3, categorical_columns=0.2, missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
 RECIPE_CPU_BATCH = 8
