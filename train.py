@@ -362,7 +362,7 @@ class _Run:
             if self.rank == 0:
                 save_checkpoint(path, self.model, self.optimizer, self.loader, step, self.losses.values,
                                 self.clock.train_seconds, self.checkpoint_meta)
-                print(f"checkpoint: {self.clock.train_seconds:.0f} s of training (step {step}) in {path} (--save-at {seconds:g})")
+                print(f"checkpoint: step {step}, {self.clock.train_seconds:.0f} s, in {path} (--save-at {seconds:g})")
 
     def _log(self, step):
         """The log line (`step | loss | step ms | data ms | progress | ETA`), its scalars, and the stall warning."""
