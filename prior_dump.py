@@ -413,17 +413,17 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 datasets_per_s=num_datasets / seconds, bytes=os.path.getsize(path), device=str(device))
 
 
-def default_dump_path(preset: str = "nano", num_datasets: int = DEFAULT_DUMP_DATASETS, device: str = "cpu"):
+def default_dump_path(preset: str = "nano", num_datasets: int | None = None, device: str = "cpu"):
     """data/<preset>_default_<N>_seed0.h5 next to this file (a CUDA dump: ..._cuda.h5, its data differ)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-    suffix = "_cuda" if device == "cuda" else ""
+    suffix, num_datasets = "_cuda" if device == "cuda" else "", num_datasets or DEFAULT_DUMP_DATASETS
     return os.path.join(folder, f"{preset}_default_{num_datasets}_seed0{suffix}.h5")
 
 
-def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int = DEFAULT_DUMP_DATASETS,
-                        device: str = "cpu"):
+def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int | None = None, device: str = "cpu"):
     """A preset's dump (seed 0), generated first on `device` when missing or invalid: train.py's dump when it gets
     no --data (nano, CPU: the same file everywhere), and --recipe real-tables' (real, on the GPU)."""
+    num_datasets = num_datasets or DEFAULT_DUMP_DATASETS
     path = path or default_dump_path(preset, num_datasets, device)
     shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
     try:   # a cheap structural check (keys, shapes, prior version), without scanning the values
