@@ -66,8 +66,8 @@ def build_parser():
                    help="the last layer computes only what the decoder reads: the target column (same math)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     s.add_argument("--recipe", choices=list(RECIPES),
-                   help="real-tables: the best measured model for real tables (10 classes, 1-100 features) in "
-                        "--time-budget (default 600 s); flags given explicitly win")
+                   help="real-tables: a model for real tables (2-10 classes, 2-32 features; docs/real-data.md says how "
+                        "it compares) in --time-budget (default 600 s); flags given explicitly win")
     return parser
 
 
@@ -155,7 +155,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     notices = [f"--fast: {module} is installed but does not import ({error}); it is left out"
                for module, error in KERNEL_IMPORT_ERRORS.items()] if picking else []
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count), under torchrun
-    # too (the graphed DDP step all-reduces inside the graph: 1.95x on two GPUs, docs/multi-gpu.md); not on long
+    # too (the graphed DDP step all-reduces inside the graph: 1.92x one H100 on two, docs/multi-gpu.md); not on long
     # tables without triton (flex's padded step loses there).
     args.cuda_graphs = args.cuda_graphs or args.attention in KEY_COUNT_KERNELS or not long_tables
     if not picking or args.attention in KEY_COUNT_KERNELS:
