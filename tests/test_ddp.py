@@ -27,9 +27,16 @@ def test_graphed_ddp_step_equals_one_process_on_the_doubled_batch(tmp_path, devi
     one = subprocess.run([sys.executable, *common, "--batch-size", "8", "--record", str(tmp_path / "one.json")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *common,
-                          "--batch-size", "4", "--record", str(tmp_path / "two.json")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    def two_ranks():
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                               *common, "--batch-size", "4", "--record", str(tmp_path / "two.json")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    two = two_ranks()
+    # A gloo worker's SIGABRT after the run wrote its record (as in test_train.py's two-agent test): rerun once;
+    # a second failure, no record or other losses fail.
+    if two.returncode and "SIGABRT" in two.stderr and (tmp_path / "two.json").exists():
+        (tmp_path / "two.json").unlink()
+        two = two_ranks()
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("one.json", "two.json"))
     a, b = {**a, **a["extra"]}, {**b, **b["extra"]}
