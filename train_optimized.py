@@ -126,8 +126,8 @@ def fa4_kernel_runs(hopper_only: bool = False) -> bool:
 
 
 def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
-    """--fast: fills flags left at their defaults with the measured-fastest choice. Returns notices."""
-    fill_model_size(args)   # the head size decides the kernel
+    """--fast: fills flags left at their defaults with the measured-fastest choice (args with the model size filled,
+    as main() fills it after --recipe). Returns notices."""
     args.loader = "resident" if args.loader == "h5" else args.loader
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
@@ -171,7 +171,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
 
 def check_flags(args, on_cuda: bool):
     """Combinations that cannot do what they say: one-line UsageError, before any work."""
-    head_dim = fill_model_size(args).embedding_size // args.num_attention_heads
+    head_dim = args.embedding_size // args.num_attention_heads
     refusals = [
         (args.require_gds and args.loader != "bin", "--require-gds needs --loader bin (--gds-bin)"),
         (args.compile_tuning and not args.compile, "--compile-tuning tunes what --compile compiles; add --compile"),

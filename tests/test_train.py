@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import write_tiny_dump
+from train import fill_model_size  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = ["--no-eval", "--log-every", "5", "--timing-warmup", "1"]
@@ -355,7 +356,7 @@ def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
 def test_triton_attention_is_refused_before_any_work_where_it_cannot_run(monkeypatch):
     import train_optimized
     from runtime import UsageError
-    args = train_optimized.build_parser().parse_args(["--attention", "triton", "--amp", "bf16"])
+    args = fill_model_size(train_optimized.build_parser().parse_args(["--attention", "triton", "--amp", "bf16"]))
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: False)
     with pytest.raises(UsageError, match="needs the triton package"):
         train_optimized.check_flags(args, on_cuda=True)
@@ -436,7 +437,7 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(train_optimized, "triton_kernel_runs", lambda: True)
     monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: False)
-    parse = train_optimized.build_parser().parse_args
+    parse = lambda argv: fill_model_size(train_optimized.build_parser().parse_args(argv))   # as main() does
 
     def fast(argv, max_rows, on_cuda=True):
         args = parse(["--fast", *argv])
@@ -504,14 +505,14 @@ def test_fast_probes_that_kernels_import_and_falls_back_in_one_line(monkeypatch)
             raise ModuleNotFoundError(f"No module named 'cutlass.cute' (while importing {name})")
         return types.ModuleType(name)
     monkeypatch.setattr(importlib, "import_module", fake_import)
-    args = train_optimized.build_parser().parse_args(["--fast"])
+    args = fill_model_size(train_optimized.build_parser().parse_args(["--fast"]))
     notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
     assert args.attention == "triton" and args.cuda_graphs                     # fa4 -> triton
     assert len(notices) == 1 and "flash_attn.cute.interface is installed but does not import" in notices[0]
     assert "cutlass.cute" in notices[0] and "\n" not in notices[0]
     broken.add("triton.language")
     train_optimized.KERNEL_IMPORT_ERRORS.clear()
-    args = train_optimized.build_parser().parse_args(["--fast"])
+    args = fill_model_size(train_optimized.build_parser().parse_args(["--fast"]))
     notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
     assert args.attention == "flash" and not args.cuda_graphs                  # triton -> FlashAttention-2
     assert sum("does not import" in n for n in notices) == 2 and "FlashAttention-2 instead" in notices[-1]
@@ -742,7 +743,7 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
 def test_model_presets_and_size_flags(dump, tmp_path):
     """--model-preset sets the four size fields; a size flag given as well wins; the checkpoint holds the sizes."""
     from model import MODEL_PRESETS
-    from train import build_parser, fill_model_size
+    from train import build_parser
     args = fill_model_size(build_parser().parse_args(["--model-preset", "small", "--num-layers", "2"]))
     assert (args.embedding_size, args.num_attention_heads, args.num_layers) == (128, 4, 2)
     assert fill_model_size(build_parser().parse_args([])).embedding_size == MODEL_PRESETS["nano"]["embedding_size"]
