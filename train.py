@@ -124,11 +124,10 @@ class TrainResult:
 
 
 class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN/inf loss at (1-based) `step`: the run stops without writing a checkpoint."""
     def __init__(self, message: str, step: int = 0):
         super().__init__(message)
-        self.step = step   # 1-based: the loss of loader batch step - 1
-
-    """Training produced a NaN/inf loss: the run stops without writing a checkpoint."""
+        self.step = step
 
 
 class RunFailed(RuntimeError):
@@ -275,11 +274,14 @@ class _Run:
         if self.scalars and value is not None and math.isfinite(value):
             self.scalars.add_scalar(tag, value, step)
 
-    def save(self, step, reason):
+    def save(self, step, reason, path=None, last=False):
         if self.config.ckpt and self.rank == 0:
-            save_checkpoint(self.config.ckpt, self.model, self.optimizer, self.loader, step,
+            save_checkpoint(path or self.config.ckpt, self.model, self.optimizer, self.loader, step,
                             self.losses.values[:step], self.clock.train_seconds, self.checkpoint_meta)
-            print(f"checkpoint: step {step} written to {self.config.ckpt} ({reason})")
+            print(f"checkpoint: step {step} written to {path or self.config.ckpt} ({reason})")
+            if last and self.save_times:   # a --steps run that ended first: say so, no silent no-op
+                print(f"--save-at {','.join(f'{t:g}' for t in self.save_times)}: not reached (the run trained "
+                      f"{self.clock.train_seconds:.0f} s), so not written")
 
     def interrupted(self, step):
         self.stop.requested = "SIGINT"   # exits 130, as a run that checkpointed does
@@ -343,8 +345,9 @@ class _Run:
             self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
             print(f"eval   {step:6d} " + format_scores("", scores).strip())
             self.scalar("eval/roc_auc", scores["roc_auc"], step)
-        if at_time:
-            self._keep_at_times(step)
+        while at_time and self.save_times and self.clock.train_seconds >= self.save_times[0]:   # each time passed
+            seconds = self.save_times.pop(0)
+            self.save(step, f"--save-at {seconds:g}, {self.clock.train_seconds:.0f} s", save_at_path(c.ckpt, seconds))
         if at_save:
             self.save(step, f"every {c.save_every} steps")
         if stop_now:
@@ -354,15 +357,6 @@ class _Run:
             print(f"time budget of {c.time_budget:.0f} s reached at step {step}")
         self.clock.resume()
         return stop_now or budget_hit
-
-    def _keep_at_times(self, step):
-        """--save-at: the model at each time passed since the last log point, one file per time."""
-        while self.save_times and self.clock.train_seconds >= self.save_times[0]:
-            seconds, path = self.save_times[0], save_at_path(self.config.ckpt, self.save_times.pop(0))
-            if self.rank == 0:
-                save_checkpoint(path, self.model, self.optimizer, self.loader, step, self.losses.values,
-                                self.clock.train_seconds, self.checkpoint_meta)
-                print(f"checkpoint: step {step}, {self.clock.train_seconds:.0f} s, in {path} (--save-at {seconds:g})")
 
     def _log(self, step):
         """The log line (`step | loss | step ms | data ms | progress | ETA`), its scalars, and the stall warning."""
@@ -462,7 +456,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                     break
         if config.ckpt and run.stop.requested is None and (config.save_every == 0 or step % config.save_every):
             losses.flush()
-            run.save(step, "end of run")
+            run.save(step, "end of run", last=True)
     except KeyboardInterrupt:   # SIGINT without --ckpt (with one, StopRequest turns it into a flag)
         run.interrupted(step)
     except (DumpError, OutputError, MemoryError, RuntimeError) as exc:   # a RuntimeError other than OOM: a bug
@@ -520,8 +514,10 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
         raise DumpError(f"--batch-size {config.batch_size} x {world_size} rank(s) is larger than the dump "
                         f"({info.num_datasets} datasets)")
     # Before any work: a bad output path must not cost the run, and no output may be a file it reads.
-    if config.save_at and not config.ckpt:
-        raise UsageError("--save-at keeps copies of --ckpt; add --ckpt PATH")
+    late = [t for t in save_times(config.save_at) if 0 < config.time_budget <= t]
+    if (config.save_at and not config.ckpt) or late:
+        raise UsageError(f"--save-at {late[0]:g} is not before --time-budget {config.time_budget:g}: it would "
+                         "never be written" if late else "--save-at keeps copies of --ckpt; add --ckpt PATH")
     at_times = {f"--save-at {t:g}": save_at_path(config.ckpt, t) for t in save_times(config.save_at)}
     check_outputs({"--ckpt": config.ckpt, **at_times, "--record": config.record,
                    "--profile-dir": config.profile_dir if config.profile and not config.tensorboard else None,

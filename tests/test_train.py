@@ -762,13 +762,20 @@ def test_save_at_keeps_the_model_at_each_time_and_needs_a_ckpt(dump, tmp_path, c
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "6", "--batch-size", "4", "--no-eval",
                                            "--log-every", "2", "--ckpt", str(ck), "--save-at", "1e-9,2e-9"])
     out = capsys.readouterr().out
-    assert code == 0 and "(--save-at 1e-09)" in out and "(--save-at 2e-09)" in out
+    assert code == 0 and "(--save-at 1e-09, " in out and "(--save-at 2e-09, " in out
     for path in (tmp_path / "run-1e-09s.pt", tmp_path / "run-2e-09s.pt", ck):
         assert NanoTabPFNClassifier.from_checkpoint(str(path)).model is not None
     steps = [torch.load(str(p), weights_only=True)["step"] for p in (tmp_path / "run-1e-09s.pt", ck)]
     assert steps == [2, 6]                                  # the first log point past the time, and the end
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "60"])
     assert code == 2 and "--save-at keeps copies of --ckpt" in capsys.readouterr().err
+    code, _ = run_main("train_optimized", ["--data", dump, "--time-budget", "30", "--save-at", "10,30",
+                                           "--ckpt", str(tmp_path / "late.pt")])
+    assert code == 2 and "--save-at 30 is not before --time-budget 30" in capsys.readouterr().err
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval",
+                                           "--save-at", "3600", "--ckpt", str(tmp_path / "short.pt")])
+    assert code == 0 and "--save-at 3600: not reached" in capsys.readouterr().out   # said, not silently skipped
+    assert not (tmp_path / "short-3600s.pt").exists()
     with pytest.raises(SystemExit) as exit_info:
         run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "-1", "--ckpt", str(ck)])
     assert exit_info.value.code == 2 and "--save-at: '-1' is not seconds > 0" in capsys.readouterr().err
