@@ -255,15 +255,16 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
         if failed:
             raise RuntimeError(f"training of seed(s) {failed} failed; see {out}/s<seed>.log")
         runs += batch
-    paths = []
+    paths, records = [], []
     for seed, ckpt, _ in runs:
         for seconds in [*keep, None]:
             path = ckpt if seconds is None else save_at_path(ckpt, seconds)
             trained = read_checkpoint(path)["train_state"]["train_seconds"]
             record = score_checkpoints([("recipe", path)], splits=splits)
             paths.append(os.path.join(out, f"score-s{seed}-{trained:.4g}s.json"))
-            write_json_atomic(paths[-1], {"minutes": round(trained / 60, 4), "seed": seed, **record}, "score record")
-    return write_curve(os.path.join(out, "curve"), [json.load(open(p)) for p in paths], paths)
+            records.append({"minutes": round(trained / 60, 4), "seed": seed, **record})
+            write_json_atomic(paths[-1], records[-1], "score record")
+    return write_curve(os.path.join(out, "curve"), records, paths)
 
 
 def parse_args(argv=None):
