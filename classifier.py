@@ -1,7 +1,8 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
 Missing values, constant/duplicate columns, long and wide tables and any sortable labels are handled from the
-training rows; ensemble member k shifts the class indices by k mod K and, for k // K odd, quantile-normalises."""
+training rows; ensemble member k quantile-normalises for k odd and shifts the class indices by k // 2 mod K (the view
+changes first, so a multiclass table's first members see both views)."""
 import contextlib
 import math
 import re
@@ -247,7 +248,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     def _ensemble(self, X_test: np.ndarray, device) -> np.ndarray:
         """Mean probabilities of the distinct members on test rows (m, f') -> (m, K)."""
         num_classes = len(self.classes_)
-        members = list(dict.fromkeys((k % num_classes, (k // num_classes) % 2 == 1, tuple(self.feature_subsets_[k]))
+        members = list(dict.fromkeys(((k // 2) % num_classes, k % 2 == 1, tuple(self.feature_subsets_[k]))
                                      for k in range(self.n_estimators)))   # (class shift, quantile?, columns)
         quantile, xs, ys = {}, [], []
         for shift, use_quantile, subset in members:

@@ -66,20 +66,21 @@ def test_shapes_probabilities_and_mode():
 def test_ensemble_averages_class_rotations():
     model = make_model(3, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=4)
-    one = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, y_train).predict_proba(X_test)
-    flipped = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, 1 - y_train).predict_proba(X_test)[:, ::-1]
-    two = NanoTabPFNClassifier(model, n_estimators=2).fit(X_train, y_train).predict_proba(X_test)
+    def members(n, labels):
+        return NanoTabPFNClassifier(model, n_estimators=n).fit(X_train, labels).predict_proba(X_test)
+    one, flipped = members(1, y_train), members(1, 1 - y_train)[:, ::-1]
     assert not np.allclose(one, flipped, atol=1e-3)        # the rotation is a different member
-    np.testing.assert_allclose(two, (one + flipped) / 2, rtol=1e-5, atol=1e-6)
-    four = NanoTabPFNClassifier(model, n_estimators=4).fit(X_train, y_train).predict_proba(X_test)
-    assert four.shape == (15, 2) and not np.allclose(four, two, atol=1e-4)   # quantile members join
+    two = members(2, y_train)                              # the quantile view joins before any rotation
+    assert two.shape == (15, 2) and not np.allclose(two, one, atol=1e-4)
+    four = members(4, y_train)                             # both views, both rotations
+    np.testing.assert_allclose(four, (two + members(2, 1 - y_train)[:, ::-1]) / 2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(four.sum(1), 1.0, atol=1e-6)
 
 
 
 def test_a_10_output_model_on_2_to_10_classes():
     """Probabilities over the table's K classes only (the first K of 10 logits, renormalised), members shifting the
-    class indices by k mod K and rolled back, labels in sorted order (strings too), any K in 2..10."""
+    class indices by k // 2 mod K and rolled back, labels in sorted order (strings too), any K in 2..10."""
     model = make_model(30, num_outputs=10)
     for num_classes in (2, 3, 10):
         X_train, y_train, X_test, _ = toy_data(n_train=60, num_classes=num_classes, seed=num_classes)
@@ -94,8 +95,8 @@ def test_a_10_output_model_on_2_to_10_classes():
             logits = model((x, torch.from_numpy(y_train.astype(np.float32))[None]), len(X_train))[0]
         np.testing.assert_allclose(proba, logits[:, :num_classes].softmax(-1).numpy(), rtol=1e-4, atol=1e-5)
         # All K shifts: relabelling y -> y + 1 mod K only moves the columns.
-        full = NanoTabPFNClassifier(model, n_estimators=num_classes).fit(X_train, y_train).predict_proba(X_test)
-        moved = NanoTabPFNClassifier(model, n_estimators=num_classes).fit(X_train, (y_train + 1) % num_classes)
+        full = NanoTabPFNClassifier(model, n_estimators=2 * num_classes).fit(X_train, y_train).predict_proba(X_test)
+        moved = NanoTabPFNClassifier(model, n_estimators=2 * num_classes).fit(X_train, (y_train + 1) % num_classes)
         np.testing.assert_allclose(moved.predict_proba(X_test), np.roll(full, 1, axis=1), rtol=1e-4, atol=1e-6)
         assert not np.allclose(full, proba, atol=1e-4)                 # the shifted members differ
     names = np.array(["ant", "bee", "cat", "dog", "eel"])
