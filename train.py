@@ -323,8 +323,10 @@ class _Run:
         if self.eval_seconds > 0 and at_log:
             at_eval = self.clock.elapsed() >= self.eval_seconds * (len(self.history) + 1)
         at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
-        # --save-at: at the first log point past each time (rank 0 alone saves; no collective needed)
-        at_time = at_log and bool(self.save_times) and self.clock.elapsed() >= self.save_times[0]
+        # --save-at: at the first step past each time on one process; under torchrun at the first log point past it,
+        # where the ranks sync anyway (the loss flush is a collective, and their clocks differ)
+        at_time = ((at_log or self.world_size == 1) and bool(self.save_times)
+                   and self.clock.elapsed() >= self.save_times[0])
         due = at_log or at_eval or at_save
         stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
         if self.world_size > 1 and due:   # every rank stops at the same step: they agree (MAX) where they sync
@@ -333,7 +335,7 @@ class _Run:
             stop_now, budget_hit = (bool(v > 0) for v in agreed)
         elif self.world_size > 1:
             stop_now = budget_hit = False
-        if not (due or stop_now or budget_hit):
+        if not (due or at_time or stop_now or budget_hit):
             return False
         self.losses.flush()                 # raises NonFiniteLoss before anything is saved
         self.clock.pause(self.device)

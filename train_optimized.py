@@ -23,7 +23,7 @@ FAST_GRAPHS_MAX_ROWS = 1024
 KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*).
 # Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
-RECIPES = {"real-tables": dict(fast=True, model_preset="nano", lr=4e-3, categorical_columns=0.2, missing_cells=0.1)}
+RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, categorical_columns=0.2, missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
 RECIPE_CPU_BATCH = 8
 RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 27.6 s on an H100; a CPU: a few hundred a second

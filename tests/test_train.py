@@ -760,13 +760,13 @@ def test_save_at_keeps_the_model_at_each_time_and_needs_a_ckpt(dump, tmp_path, c
     from classifier import NanoTabPFNClassifier
     ck = tmp_path / "run.pt"
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "6", "--batch-size", "4", "--no-eval",
-                                           "--log-every", "2", "--ckpt", str(ck), "--save-at", "1e-9,2e-9"])
+                                           "--log-every", "4", "--ckpt", str(ck), "--save-at", "1e-9,2e-9"])
     out = capsys.readouterr().out
     assert code == 0 and "(--save-at 1e-09, " in out and "(--save-at 2e-09, " in out
     for path in (tmp_path / "run-1e-09s.pt", tmp_path / "run-2e-09s.pt", ck):
         assert NanoTabPFNClassifier.from_checkpoint(str(path)).model is not None
     steps = [torch.load(str(p), weights_only=True)["step"] for p in (tmp_path / "run-1e-09s.pt", ck)]
-    assert steps == [2, 6]                                  # the first log point past the time, and the end
+    assert steps == [1, 6]             # the first step past the time (not the next log point), and the end
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "60"])
     assert code == 2 and "--save-at keeps copies of --ckpt" in capsys.readouterr().err
     code, _ = run_main("train_optimized", ["--data", dump, "--time-budget", "30", "--save-at", "10,30",
