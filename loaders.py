@@ -43,7 +43,7 @@ class LoaderConfig:
 
 
 class Batch(NamedTuple):
-    """x (B, rows, feats) and y (B, rows) float32 on the device; split of the slice's first dataset;
+    """x (B, rows, feats) and y (B, rows) float32 on the device; split of the global batch's first dataset;
     wrapped: first batch after a wrap to dataset 0."""
     x: torch.Tensor
     y: torch.Tensor
@@ -227,7 +227,9 @@ class Loader:
         feats = int(self.info.num_features[first:first + B].max())
         # Dataset 0 after step 0, or at step 0 from a later start, is the first batch after a wrap.
         wrapped = position == 0 and (step > 0 or self.start > 0)
-        return _Slice(first, rows, feats, int(self.info.splits[first]), wrapped)
+        # Every rank takes the split of the global batch's first dataset, as one process on the global batch does:
+        # ranks on different splits wait for the slowest at each all-reduce (1.73x instead of 2x on the blog's shape).
+        return _Slice(first, rows, feats, int(self.info.splits[position]), wrapped)
 
     def __iter__(self):
         return self

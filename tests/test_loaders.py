@@ -59,7 +59,7 @@ def _reference(path, steps, batch_size, start=0, rank=0, world_size=1):
         wrapped = p == 0 and (k > 0 or start + G > len(X))
         out.append((torch.from_numpy(X[a:a + batch_size, :rows, :feats].astype(np.float32)),
                     torch.from_numpy(y[a:a + batch_size, :rows].astype(np.float32)),
-                    int(sp[a]), wrapped))
+                    int(sp[p]), wrapped))   # every rank: the split of the global batch's first dataset
     return out
 
 
@@ -171,7 +171,7 @@ def test_two_ranks_are_disjoint_and_cover_the_global_batch(dump, name):
         _assert_same(ranks[rank], _reference(dump, steps, B, 1, rank, 2))
     X, *_ = _arrays(dump)
     for (gx, gy, gs, gw), (x0, y0, s0, w0), (x1, y1, s1, w1) in zip(global_batches, *ranks):
-        assert w0 == w1 == gw and s0 == gs
+        assert w0 == w1 == gw and s0 == s1 == gs   # one split per global batch, as one process takes
         for part, (x, y) in enumerate(((x0, y0), (x1, y1))):
             rows, feats = x.shape[1:]
             block = gx[part * B:(part + 1) * B]
