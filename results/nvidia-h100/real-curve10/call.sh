@@ -5,16 +5,19 @@
 #                        # 64, --lr as given) for 300 s, seed 0 then seed 1 (kept at 60/180 s)
 #   bash call.sh finish  # waits, scores every kept model on both suites (5 splits), then #35: one GPU against two on
 #                        # the blog's shape and upstream's, --fast's defaults, each launch on a fresh Inductor cache
+# Carry data/ (the suites' caches) and .whl in the first command only: a carried path replaces the machine's. The run
+# recorded here kept its checkpoints and dumps in data/, and its finish carried data/ again, which erased the kept
+# 1/3/5-minute models and the scaling dumps; scaling/call.sh reran the scaling part. Both now live under /tmp.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site
-W=/tmp/w; mkdir -p $W data/ck
+W=/tmp/w; mkdir -p $W /tmp/ck /tmp/d
 MODEL=${MODEL:-}   # extra flags after --recipe real-tables (none: the recipe as shipped)
 train() {  # gpus name seed budget save_at [torchrun]
   local gpus=$1 name=$2 seed=$3 budget=$4 save=$5 launch="python"
   [ "${6:-}" = torchrun ] && launch="torchrun --standalone --nproc_per_node 2 --master_port $((29500 + seed))"
   CUDA_VISIBLE_DEVICES=$gpus TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$name timeout $((budget + 200)) $launch \
     train_optimized.py --recipe real-tables $MODEL --seed $seed --time-budget $budget --save-at $save --no-eval \
-    --log-every 100 --ckpt data/ck/$name.pt --record $W/$name.json > $W/$name.log 2>&1
+    --log-every 100 --ckpt /tmp/ck/$name.pt --record $W/$name.json > $W/$name.log 2>&1
   echo "$name exit $? at ${SECONDS}s: $(grep -E 'done:|rror' $W/$name.log | tail -1 | cut -c1-200)" >> $W/train.txt
 }
 if [ "$1" = start ]; then
@@ -25,9 +28,9 @@ if [ "$1" = start ]; then
 import prior_dump, train_optimized as t
 prior_dump.ensure_default_dump(preset='real', num_datasets=t.RECIPE_DUMP_DATASETS['cuda'], device='cuda')" \
     > $W/dump-real.log 2>&1 &
-  CUDA_VISIBLE_DEVICES=3 python prior_dump.py --preset blog --num-datasets 600 --out data/blog600.h5 --device cuda \
+  CUDA_VISIBLE_DEVICES=3 python prior_dump.py --preset blog --num-datasets 600 --out /tmp/d/blog600.h5 --device cuda \
     --no-progress > $W/dump-blog.log 2>&1 &
-  CUDA_VISIBLE_DEVICES=3 python prior_dump.py --preset nano --num-datasets 20000 --out data/nano20k.h5 --device cuda \
+  CUDA_VISIBLE_DEVICES=3 python prior_dump.py --preset nano --num-datasets 20000 --out /tmp/d/nano20k.h5 --device cuda \
     --no-progress > $W/dump-nano.log 2>&1; wait
   echo "dump at ${SECONDS}s: $(tail -1 $W/dump-real.log)"
   export -f train; export W MODEL
@@ -47,13 +50,13 @@ score() {  # gpu name=ckpt...
     > $W/score-${1%%=*}.log 2>&1
 }
 for s in 0 1; do
-  score $s s$s-1m=data/ck/s$s-60s.pt s$s-3m=data/ck/s$s-180s.pt s$s-5m=data/ck/s$s-300s.pt s$s-10m=data/ck/s$s.pt &
-  score $((s + 2)) dp-s$s-1m=data/ck/dp-s$s-60s.pt dp-s$s-3m=data/ck/dp-s$s-180s.pt dp-s$s-5m=data/ck/dp-s$s.pt &
+  score $s s$s-1m=/tmp/ck/s$s-60s.pt s$s-3m=/tmp/ck/s$s-180s.pt s$s-5m=/tmp/ck/s$s-300s.pt s$s-10m=/tmp/ck/s$s.pt &
+  score $((s + 2)) dp-s$s-1m=/tmp/ck/dp-s$s-60s.pt dp-s$s-3m=/tmp/ck/dp-s$s-180s.pt dp-s$s-5m=/tmp/ck/dp-s$s.pt &
 done
 wait; echo "scored at ${SECONDS}s"; cat $W/score-*.log
 python - <<'PY'   # slim 10-minute checkpoints (inference weights and meta) for the CPU
 import glob, os, torch
-for path in ("data/ck/s0.pt", "data/ck/s1.pt"):
+for path in ("/tmp/ck/s0.pt", "/tmp/ck/s1.pt"):
     state = torch.load(path, map_location="cpu", weights_only=True)
     state.pop("train_state", None)
     torch.save(state, os.path.join("/tmp/w", "slim-" + os.path.basename(path)))
@@ -67,11 +70,11 @@ scale() {  # name data steps [torchrun]
   echo "$1 exit $? at ${SECONDS}s: $(grep -E 'done:|rror' $W/$1.log | tail -1 | cut -c1-200)"
   tar czf $OUT/scaling.tgz -C $W --exclude 'slim-*' --exclude 'score-*' .
 }
-scale blog-1gpu data/blog600.h5 300; scale blog-2gpu data/blog600.h5 300 torchrun
-scale up-1gpu data/nano20k.h5 3000; scale up-2gpu data/nano20k.h5 3000 torchrun
+scale blog-1gpu /tmp/d/blog600.h5 300; scale blog-2gpu /tmp/d/blog600.h5 300 torchrun
+scale up-1gpu /tmp/d/nano20k.h5 3000; scale up-2gpu /tmp/d/nano20k.h5 3000 torchrun
 for i in 2 3 4 5 6 7 8 9 10; do
   [ $SECONDS -gt 470 ] && break
-  scale up-2gpu-launch$i data/nano20k.h5 60 torchrun
+  scale up-2gpu-launch$i /tmp/d/nano20k.h5 60 torchrun
 done
 grep -h "cuda-graphs\|step:" $W/blog-2gpu.log | head -3
 tar czf $OUT/scaling.tgz -C $W --exclude 'slim-*' --exclude 'score-*' .
