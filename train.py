@@ -22,6 +22,7 @@ from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identi
 from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
+from loss_health import learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
 from prior_transforms import PRIOR_TRANSFORMS, fill_missing_cells, make_categorical_columns  # noqa: F401
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
@@ -118,7 +119,7 @@ class TrainResult:
     profile_tables: str
     peak_memory_bytes: int
     stopped_by: str | None           # signal name when SIGINT/SIGTERM ended the run
-    stalled_at: int | None           # the step at which the loss was found stuck at ln(num_outputs)
+    stalled_at: int | None           # the step of a learning warning: loss at ln(num_outputs), or risen (loss_health)
     batch_fingerprints: list         # sum of x of the first 4 batches: equal on every data path
     step_times_ms: list
 
@@ -135,15 +136,6 @@ class RunFailed(RuntimeError):
 
 
 # A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
-STALLED_STEPS = 200
-
-
-def loss_at_chance(losses: list, num_outputs: int) -> bool:
-    """Whether the last STALLED_STEPS losses average ln(num_outputs) within 0.002: the class prior, nothing learned."""
-    recent = losses[-STALLED_STEPS:]
-    return len(recent) == STALLED_STEPS and abs(sum(recent) / STALLED_STEPS - math.log(num_outputs)) < 0.002
-
-
 # torch.compile keeps the feature count static up to this many features (one graph per count, so the
 # feature-attention kernels reduce over a fixed size); above it dynamo's recompile limit would be hit.
 STATIC_FEATURE_COUNTS_MAX = 6
@@ -259,6 +251,7 @@ class _Run:
     world_size: int
     history: list = field(default_factory=list)
     stalled_at: int | None = None
+    best_window: float = math.inf   # the lowest mean loss over STALLED_STEPS steps so far (loss_health)
     updating: bool = False   # inside optimizer.step(): weights may be half updated
 
     def __post_init__(self):
@@ -375,11 +368,11 @@ class _Run:
                            ("time/data_ms", recent["data_ms"])):
             self.scalar(tag, value, step)
         outputs = unwrap(self.model).config.num_outputs
-        if self.stalled_at is None and loss_at_chance(self.losses.values, outputs):
+        warning, self.best_window = learning_warning(self.losses.values, outputs, self.best_window)
+        if warning and self.stalled_at is None:
             self.stalled_at = step
-            print(f"warning: the loss has averaged ln {outputs} = {math.log(outputs):.3f} (uniform predictions) "
-                  f"over the last {STALLED_STEPS} steps: the model has stopped learning. A lower --lr avoided this "
-                  f"where measured (--lr 2e-3 on the blog's tables, 1e-3 for a wider model; README)")
+            print(f"warning: {warning}. A lower --lr avoided this where measured (--lr 2e-3 on the blog's tables and "
+                  f"for the small preset, 1e-3 for a wider model; README)")
 
 
 def _resume(model, optimizer, resume_state, ckpt):

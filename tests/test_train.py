@@ -54,18 +54,31 @@ def test_loss_falls_on_a_learnable_prior(tmp_path):
 
 def test_loss_at_chance_needs_a_full_window_at_ln_k():
     import math
-    import train
-    n = train.STALLED_STEPS
-    assert train.loss_at_chance([math.log(2)] * n, 2) and train.loss_at_chance([9.0] + [math.log(10)] * n, 10)
-    assert not train.loss_at_chance([math.log(2)] * (n - 1), 2)          # too few steps yet
-    assert not train.loss_at_chance([math.log(2) + 0.01] * n, 2)         # near chance, still moving
-    assert not train.loss_at_chance([0.3, 1.1] * (n // 2), 2)            # averages 0.7, but far from it
+    from loss_health import STALLED_STEPS as n, loss_at_chance
+    assert loss_at_chance([math.log(2)] * n, 2) and loss_at_chance([9.0] + [math.log(10)] * n, 10)
+    assert not loss_at_chance([math.log(2)] * (n - 1), 2)          # too few steps yet
+    assert not loss_at_chance([math.log(2) + 0.01] * n, 2)         # near chance, still moving
+    assert not loss_at_chance([0.3, 1.1] * (n // 2), 2)            # averages 0.7, but far from it
+
+
+def test_a_loss_that_rises_above_its_best_window_warns():
+    import math
+    from loss_health import RISEN_BY, STALLED_STEPS as n, learning_warning
+    best = math.inf
+    for losses in ([1.8] * (n - 1), [1.8] * n, [1.8] * n + [1.62] * n):   # too few, then the best windows so far
+        warning, best = learning_warning(losses, 10, best)
+        assert warning is None
+    assert best == pytest.approx(1.62)
+    assert learning_warning([1.62] * n + [1.62 + RISEN_BY / 2] * n, 10, best) == (None, best)   # noise of a healthy run
+    warning, _ = learning_warning([1.62] * n + [2.03] * n, 10, best)                          # small at --lr 4e-3
+    assert warning.startswith("the loss averaged 2.030 over the last 200 steps, up from 1.620")
 
 
 def test_a_run_stuck_at_chance_warns_once_and_records_the_step(dump, tmp_path, monkeypatch, capsys):
     import math
+    import loss_health
     import train
-    monkeypatch.setattr(train, "STALLED_STEPS", 10)
+    monkeypatch.setattr(loss_health, "STALLED_STEPS", 10)
     # Uniform predictions: the loss is ln 2 at every step, as in the blog runs that stopped learning.
     monkeypatch.setattr(train, "loss_on_batch", lambda model, batch, *a: sum(p.sum() for p in model.parameters())
                         * 0 + math.log(2))
