@@ -261,6 +261,8 @@ def optimizations_block(session, args) -> list:
             ("--compile-tuning", c.compile_tuning, "active: Inductor's coordinate-descent tuning of its kernels; a "
              "cold compile takes minutes, and losses differ between compiles"),
             ("--cuda-graphs", c.cuda_graphs, "active: one CUDA graph per step over zero-padded (B, R_max, F_max)"
+             + ("; the gradients' all-reduce runs inside it (graphed DDP step: 1.95x one H100 on upstream's shape, "
+                "docs/multi-gpu.md)" if session.world_size > 1 else "")
              if cuda else "inactive: no CUDA here; the same static-shape padded step runs eagerly"),
             ("--fused-optimizer", c.fused_optimizer, "active: schedule-free AdamW in foreach kernels"
              + (" (required by --cuda-graphs)" if c.cuda_graphs else "")),

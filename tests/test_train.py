@@ -531,6 +531,21 @@ def test_fast_probes_that_kernels_import_and_falls_back_in_one_line(monkeypatch)
     assert sum("does not import" in n for n in notices) == 2 and "FlashAttention-2 instead" in notices[-1]
 
 
+def test_the_start_block_says_the_graphed_ddp_step_runs_under_torchrun():
+    import types
+    import torch
+    import train_optimized
+    from model import ModelConfig
+    from train import TrainConfig
+    loader = types.SimpleNamespace(describe=lambda: {"path": "resident-cuda", "loader": "resident", "notes": []})
+    for world_size, said in ((1, False), (2, True)):
+        session = types.SimpleNamespace(config=TrainConfig(cuda_graphs=True, fused_optimizer=True), world_size=world_size,
+                                        model_config=ModelConfig(), device=torch.device("cuda"), loader=loader)
+        args = types.SimpleNamespace(loader="resident", pinned=False, streams=False)
+        line = next(l for l in train_optimized.optimizations_block(session, args) if "--cuda-graphs" in l)
+        assert ("all-reduce runs inside it (graphed DDP step" in line) == said, line
+
+
 def test_static_features_give_compile_a_concrete_feature_count():
     """With static_features every graph dynamo builds has a fixed feature count (a graph per count)
     while the split stays symbolic; without it the feature count turns symbolic after it changes."""
