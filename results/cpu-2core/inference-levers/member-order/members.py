@@ -1,5 +1,5 @@
-import sys, json, time, numpy as np
-sys.path.insert(0, __import__('os').path.join(__import__('os').path.dirname(__import__('os').path.abspath(__file__)), '..', '..', '..', '..'))
+import os, sys, json, time, numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..'))
 import real_data, evaluation
 from classifier import NanoTabPFNClassifier
 ck, which, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
