@@ -29,4 +29,5 @@ def point(path, name, label, minutes, seed):
 
 if __name__ == "__main__":
     records = [point(*p) for p in POINTS]
-    print("\n".join(quality.write_curve(os.path.join(HERE, "curve"), records, sorted({p[0] for p in POINTS}))))
+    print("\n".join(quality.write_curve(os.path.join(HERE, "curve"), records, sorted({p[0] for p in POINTS}),
+                                        "python results/nvidia-h100/real-curve10/curve/make.py")))
