@@ -135,7 +135,6 @@ class RunFailed(RuntimeError):
     """An error ended the run mid-way (data, a write, memory): one line, saying what became of the checkpoint."""
 
 
-# A run whose loss sat at ln(num_outputs) (uniform predictions) for this many steps has stopped learning.
 # torch.compile keeps the feature count static up to this many features (one graph per count, so the
 # feature-attention kernels reduce over a fixed size); above it dynamo's recompile limit would be hit.
 STATIC_FEATURE_COUNTS_MAX = 6
