@@ -270,13 +270,17 @@ def compare(results: dict, ours: str, task_names=None) -> dict:
     return summary
 
 
+def usable_tasks(tasks, num_outputs: int | None) -> list:
+    """The tasks with at most num_outputs classes (all when None): those a model of that many outputs can take."""
+    return [t for t in tasks if num_outputs is None or t.num_classes <= num_outputs]
+
+
 def suite_eval(classifier, tasks, baselines, splits_per_task: int = 1) -> dict:
     """{"roc_auc", "log_loss", "per_task", "seconds", "rank"} and the baselines' same-split "baselines_roc_auc"
     and "baselines_rank" (mean ranks among us and them, 1 = best), on the tasks with at most as many classes as
     the classifier's model predicts ("skipped_tasks" counts the others)."""
     model = getattr(classifier, "model", None)
-    limit = model.config.num_outputs if hasattr(model, "config") else None
-    usable = [t for t in tasks if limit is None or t.num_classes <= limit]
+    usable = usable_tasks(tasks, model.config.num_outputs if hasattr(model, "config") else None)
     ours = evaluate_suite(lambda: classifier, usable, splits_per_task)
     methods = compare({"ours": ours, **baselines}, "ours")["methods"]
     return {"roc_auc": ours["roc_auc"], "log_loss": ours["log_loss"], "per_task": ours["per_task"],

@@ -118,19 +118,19 @@ def baselines_markdown(record: dict) -> str:
     return text
 
 
-def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4) -> dict:
+def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None) -> dict:
     """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
-    (name, checkpoint path) against the cached baselines."""
+    (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
 
     from classifier import NanoTabPFNClassifier
-    tasks, baselines = load_cached(splits)
+    tasks, baselines = cached or load_cached(splits)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
         classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators)
         outputs = classifier.model.config.num_outputs
-        usable = {w: [t for t in tasks[w] if t.num_classes <= outputs] for w in SUITES}
+        usable = {w: evaluation.usable_tasks(tasks[w], outputs) for w in SUITES}
         skipped[name] = sorted(t.name for w in SUITES for t in tasks[w] if t.num_classes > outputs)
         results[name] = {w: evaluation.evaluate_suite(lambda: classifier, usable[w], splits) for w in SUITES}
         summary[name] = summaries({name: results[name], **{b: {w: baselines[w][b] for w in SUITES}
@@ -234,7 +234,7 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
     (--save-at), seeds in parallel over `gpus` GPUs; scores every checkpoint; writes the curve. Returns its lines."""
     import subprocess
     from checkpoint import read_checkpoint, save_at_path
-    load_cached(splits)   # the caches first: a missing one is one line before any training
+    cached = load_cached(splits)   # the caches first: a missing one is one line before any training
     os.makedirs(out, exist_ok=True)
     budget, keep = max(minutes) * 60, sorted(m * 60 for m in minutes if m < max(minutes))
     def start(seed, gpu):
@@ -260,7 +260,7 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
         for seconds in [*keep, None]:
             path = ckpt if seconds is None else save_at_path(ckpt, seconds)
             trained = read_checkpoint(path)["train_state"]["train_seconds"]
-            record = score_checkpoints([("recipe", path)], splits=splits)
+            record = score_checkpoints([("recipe", path)], splits=splits, cached=cached)
             paths.append(os.path.join(out, f"score-s{seed}-{trained:.4g}s.json"))
             records.append({"minutes": round(trained / 60, 4), "seed": seed, **record})
             write_json_atomic(paths[-1], records[-1], "score record")
