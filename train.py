@@ -24,7 +24,7 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader
 from loss_health import learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
-from prior_transforms import PRIOR_TRANSFORMS, fill_missing_cells, make_categorical_columns  # noqa: F401
+from prior_transforms import PRIOR_TRANSFORMS
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
                      rank_and_world, set_seed)
@@ -122,6 +122,11 @@ class TrainResult:
     stalled_at: int | None           # the step of a learning warning: loss at ln(num_outputs), or risen (loss_health)
     batch_fingerprints: list         # sum of x of the first 4 batches: equal on every data path
     step_times_ms: list
+
+
+def run_memory_line(exc, model, config) -> str:
+    """The one line for running out of memory in this run: its kernel and batch size say what to lower."""
+    return memory_error_line(exc, unwrap(model).config.attention, config.batch_size)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -285,7 +290,7 @@ class _Run:
         is whole (not mid optimizer step) and finite."""
         if isinstance(exc, RuntimeError) and not out_of_memory(exc):
             return exc
-        what = self.memory_line(exc) if out_of_memory(exc) else one_line(exc)
+        what = run_memory_line(exc, self.model, self.config) if out_of_memory(exc) else one_line(exc)
         ckpt = self.config.ckpt
         why_not = ("no --ckpt given" if not ckpt else
                    "the error was writing it" if isinstance(exc, OutputError) else
@@ -301,9 +306,6 @@ class _Run:
         except (NonFiniteLoss, CheckpointError, OutputError) as e:
             return RunFailed(f"{what}; stopped at step {step}; {ckpt} keeps the last good checkpoint ({one_line(e)})")
         return RunFailed(f"{what}; stopped at step {step}, its checkpoint written to {ckpt} (--resume continues it)")
-
-    def memory_line(self, exc) -> str:
-        return memory_error_line(exc, unwrap(self.model).config.attention, self.config.batch_size)
 
     def at_interval(self, step) -> bool:
         """Logging, eval, checkpoints and stop requests at the steps where they are due; True ends the run."""
@@ -606,7 +608,7 @@ def execute(session: Session) -> int:
     except (MemoryError, RuntimeError) as e:   # out of memory outside the loop: the final evaluation
         if not out_of_memory(e):
             raise
-        return fail(memory_error_line(e, unwrap(session.model).config.attention, session.config.batch_size), 1)
+        return fail(run_memory_line(e, session.model, session.config), 1)
     except KeyboardInterrupt:   # in the final evaluation or report: training itself turns SIGINT into a stop
         return fail("interrupted after training", 130)
     finally:

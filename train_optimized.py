@@ -26,7 +26,7 @@ KEY_COUNT_KERNELS = ("triton", "fa4")
 RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, categorical_columns=0.2, missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
 RECIPE_CPU_BATCH = 8
-RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 27.6 s on an H100; a CPU: a few hundred a second
+RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 16-28 s on an H100; a CPU: ~1,500 a second
 
 
 def build_parser():
@@ -155,7 +155,7 @@ def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
     notices = [f"--fast: {module} is installed but does not import ({error}); it is left out"
                for module, error in KERNEL_IMPORT_ERRORS.items()] if picking else []
     # One graph replay a step instead of hundreds of launches (and cuBLAS planning each new row count), under torchrun
-    # too (the graphed DDP step all-reduces inside the graph: 1.92x one H100 on two, docs/multi-gpu.md); not on long
+    # too (the graphed DDP step all-reduces inside the graph: 1.95x one H100 on two, docs/multi-gpu.md); not on long
     # tables without triton (flex's padded step loses there).
     args.cuda_graphs = args.cuda_graphs or args.attention in KEY_COUNT_KERNELS or not long_tables
     if not picking or args.attention in KEY_COUNT_KERNELS:

@@ -703,7 +703,7 @@ def test_eval_suite_real_picks_the_splits_per_task(suite, splits, monkeypatch):
 
 def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_alone():
     from loaders import Batch
-    from train import fill_missing_cells
+    from prior_transforms import fill_missing_cells
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 30, 4, generator=g) * 3 + 1
     batch = Batch(x.clone(), torch.zeros(64, 30), 12, False)
@@ -725,7 +725,7 @@ def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_
 
 def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
     from loaders import Batch
-    from train import make_categorical_columns
+    from prior_transforms import make_categorical_columns
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 40, 4, generator=g)
     x[:, :, 2] = torch.floor(x[:, :, 2] * 2)          # an ordinal column: its ties must keep one code
