@@ -23,10 +23,11 @@ FAST_GRAPHS_MAX_ROWS = 1024
 KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*).
 # Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
-RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, categorical_columns=0.2, missing_cells=0.1)}
+RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, batch_size=16, categorical_columns=0.2,
+                               missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
-RECIPE_CPU_BATCH = 8
-RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 16-28 s on an H100; a CPU: ~1,500 a second
+RECIPE_CPU_BATCH = 4
+RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 43 s on an H100; a CPU: ~750 a second
 
 
 def build_parser():
@@ -74,16 +75,17 @@ def build_parser():
 def apply_recipe(args, parser, on_cuda: bool) -> list:
     """--recipe: fills the flags left at their defaults, the time budget and the dump (made once). Returns notices."""
     chosen = RECIPES[args.recipe]
+    batch_given = args.batch_size != parser.get_default("batch_size")
     for name, value in chosen.items():
         if getattr(args, name) == parser.get_default(name):
             setattr(args, name, value)
     if args.steps is None and args.time_budget == 0:
         args.time_budget = RECIPE_BUDGET_S
     cpu = []
-    if not on_cuda and args.batch_size == parser.get_default("batch_size"):
+    if not on_cuda and not batch_given:
         args.batch_size = RECIPE_CPU_BATCH
-        cpu = [f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (32 tables of 256 rows need "
-               f"~20 GB here) and a few seconds a step: the recipe is meant for a GPU"]
+        cpu = [f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB "
+               f"and 31 s a step on 2 cores) and a few seconds a step: the recipe is meant for a GPU"]
     if args.data is None:
         from prior_dump import ensure_default_dump   # lazily: only the recipe makes this dump
         device = "cuda" if on_cuda else "cpu"

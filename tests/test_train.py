@@ -823,9 +823,13 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     assert args.fast and args.model_preset == chosen["model_preset"] and args.lr == 1e-3     # explicit --lr wins
     assert args.categorical_columns == chosen["categorical_columns"] and args.missing_cells == chosen["missing_cells"]
     assert args.time_budget == train_optimized.RECIPE_BUDGET_S and args.data == dump
+    assert args.batch_size == chosen["batch_size"] == 16                                  # 16 tables of 512 rows
     assert made == [dict(preset="real", num_datasets=train_optimized.RECIPE_DUMP_DATASETS["cuda"], device="cuda")]
     assert len(notices) == 1 and "--recipe real-tables" in notices[0]
     args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"])
     train_optimized.apply_recipe(args, parser, on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
     assert args.batch_size == train_optimized.RECIPE_CPU_BATCH                            # a CPU: a smaller batch
+    args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5", "--batch-size", "2"])
+    train_optimized.apply_recipe(args, parser, on_cuda=False)
+    assert args.batch_size == 2                                                           # an explicit batch wins
