@@ -825,11 +825,17 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     assert args.time_budget == train_optimized.RECIPE_BUDGET_S and args.data == dump
     assert args.batch_size == chosen["batch_size"] == 16                                  # 16 tables of 512 rows
     assert made == [dict(preset="real", num_datasets=train_optimized.RECIPE_DUMP_DATASETS["cuda"], device="cuda")]
-    assert len(notices) == 1 and "--recipe real-tables" in notices[0]
+    assert len(notices) == 1 and "--recipe real-tables" in notices[0] and "(yours kept: --lr 0.001)" in notices[0]
+    assert "--lr 0.002" not in notices[0]                                                  # not the recipe's, unused
     args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"])
     train_optimized.apply_recipe(args, parser, on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
     assert args.batch_size == train_optimized.RECIPE_CPU_BATCH                            # a CPU: a smaller batch
     args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5", "--batch-size", "2"])
-    train_optimized.apply_recipe(args, parser, on_cuda=False)
-    assert args.batch_size == 2                                                           # an explicit batch wins
+    notices = train_optimized.apply_recipe(args, parser, on_cuda=False)
+    assert args.batch_size == 2 and notices[0].endswith("(yours kept: --batch-size 2)")   # an explicit batch wins
+    assert len(notices) == 1                                                               # no CPU batch notice
+    monkeypatch.setenv("WORLD_SIZE", "2")                   # torchrun: lr x sqrt(2) for the doubled global batch
+    args = parser.parse_args(["--recipe", "real-tables", "--data", "x.h5"])
+    notices = train_optimized.apply_recipe(args, parser, on_cuda=True)
+    assert args.lr == pytest.approx(chosen["lr"] * 2 ** 0.5) and f"--lr {args.lr:g}" in notices[0]

@@ -73,8 +73,9 @@ for config in ("r512", "r512b16"):
 print(best)
 PY
 }
-pack() {  # tarball of everything small in $W
-  tar czf $W/.pack.tgz -C $W --exclude '*.pt' --exclude '*.tar' --exclude '.pack*' --exclude 'pack-*' . && mv $W/.pack.tgz $W/pack-$1.tgz
+pack() {  # tarball of everything small in $W (tar's exit 1: a log changed while read; the archive is whole)
+  tar czf $W/.pack.tgz -C $W --exclude '*.pt' --exclude '*.tar' --exclude '.pack*' --exclude 'pack-*' .
+  [ $? -le 1 ] && mv $W/.pack.tgz $W/pack-$1.tgz
 }
 driver() {
   A="r512-s0 r512b16-s0 r512-s1 r512b16-s1"
