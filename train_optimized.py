@@ -90,11 +90,12 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
         device = "cuda" if on_cuda else "cpu"
         args.data = ensure_default_dump(preset="real", num_datasets=RECIPE_DUMP_DATASETS[device], device=device)
 
-    def flags(names):
-        return " ".join(f"--{k.replace('_', '-')}" + ("" if getattr(args, k) is True else f" {getattr(args, k):g}"
-                        if isinstance(getattr(args, k), float) else f" {getattr(args, k)}") for k in names)
-    line = f"--recipe {args.recipe}: {flags(k for k in chosen if k not in kept)}"
-    line += f" (yours kept: {flags(kept)})" if kept else ""
+    def flag(name):
+        value = getattr(args, name)
+        return f"--{name.replace('_', '-')}" + ("" if value is True else f" {value:g}" if isinstance(value, float)
+                                                else f" {value}")
+    line = f"--recipe {args.recipe}: {' '.join(flag(k) for k in chosen if k not in kept)}"
+    line += f" (yours kept: {' '.join(map(flag, kept))})" if kept else ""
     line += f" on {args.data}, {args.time_budget:.0f} s of training" if args.time_budget else ""
     cpu = [f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB and "
            f"31 s a step on 2 cores): the recipe is meant for a GPU"] if not on_cuda and "batch_size" not in kept else []
