@@ -201,9 +201,16 @@ def to_jsonable(obj):
     raise TypeError(f"cannot write {type(obj).__name__} to JSON: {obj!r:.80}")
 
 
+# A list of numbers as json.dumps(indent=2) lays it out, one number a line (JSON strings hold no raw newline).
+_NUMBER_LIST = re.compile(r"\[\n\s*(-?[\d.eE+-]+(?:,\n\s*-?[\d.eE+-]+)*)\n\s*\]")
+
+
 def write_json_atomic(path, obj, what: str = "record") -> str:
-    """JSON of `obj` written atomically; raises TypeError before touching the disk if it has no JSON form."""
-    return write_text_atomic(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n", what)
+    """JSON of `obj` written atomically, indented, with each list of numbers on one line (a record's thousands of
+    losses and step times); raises TypeError before touching the disk if it has no JSON form."""
+    text = json.dumps(to_jsonable(obj), indent=2, allow_nan=False)
+    text = _NUMBER_LIST.sub(lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text)
+    return write_text_atomic(path, text + "\n", what)
 
 
 def _same_file(a: str, b: str) -> bool:

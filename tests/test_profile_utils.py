@@ -373,6 +373,16 @@ def test_write_json_atomic_converts_scalars_and_makes_parents(tmp_path):
     assert os.listdir(path.parent) == ["rec.json"]
 
 
+def test_write_json_atomic_puts_each_number_list_on_one_line(tmp_path):
+    path = tmp_path / "rec.json"
+    obj = {"losses": [2.5, -3e-05, 1e+20, 7], "grid": [[1, 2], [3, 4]], "names": ["a", "b"], "mixed": [1, "NaN"]}
+    safe_io.write_json_atomic(path, obj)
+    text = path.read_text()
+    assert json.loads(text) == obj                                         # the same content
+    assert '"losses": [2.5, -3e-05, 1e+20, 7]' in text and "[1, 2]" in text and "[3, 4]" in text
+    assert '"names": [\n' in text and '"mixed": [\n' in text                # lists holding strings stay indented
+
+
 @pytest.mark.parametrize("failing", ["fsync", "replace"])
 def test_write_json_atomic_failure_keeps_previous_file(tmp_path, monkeypatch, failing):
     path = tmp_path / "rec.json"
