@@ -25,6 +25,11 @@ OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older 
 AUTOCASTS = ("off", "bf16")   # bf16: faster on CPUs with bf16 dot products (AVX512-BF16, AMX), slower elsewhere
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree
 Z_CLIP = 1e6                # standardised values are clipped here (the model clips at 100 std itself)
+# An id-like column (a subject's rows repeat its id): integer values in half the rows or more, at least
+# ID_MIN_LEVELS distinct and at most ID_MAX_SHARE of the rows, so values repeat; kept when a row's same-value
+# partners share its label ID_MIN_GAIN more often than chance (results/cpu-2core/inference-levers/id-columns).
+ID_MIN_LEVELS, ID_MAX_SHARE, ID_MIN_GAIN = 8, 0.9, 0.2
+ID_SMOOTHING = 1.0          # label frequencies are shrunk toward the training prior by this many rows
 
 
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
@@ -121,15 +126,57 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _value_groups(column: np.ndarray, y: np.ndarray, num_classes: int):
+    """(values (G,), label counts (G, K)) of a column's distinct non-missing values over the rows y labels."""
+    observed = ~np.isnan(column)
+    values, group = np.unique(column[observed], return_inverse=True)
+    counts = np.zeros((len(values), num_classes))
+    np.add.at(counts, (group, y[observed]), 1)
+    return values, counts
+
+
+def _is_id_column(column: np.ndarray, y: np.ndarray, num_classes: int) -> bool:
+    """Whether a training column (n,) is id-like and its repeated values share labels (the ID_* rule)."""
+    observed = ~np.isnan(column)
+    values = column[observed]
+    if values.size < column.size // 2 or not np.all(values == np.round(values)):
+        return False
+    distinct, counts = _value_groups(column, y, num_classes)
+    if not ID_MIN_LEVELS <= len(distinct) <= ID_MAX_SHARE * column.size:
+        return False
+    labels = y[observed]
+    group = np.searchsorted(distinct, values)
+    partners = counts[group].sum(1) - 1                                     # other rows with the row's value
+    paired = partners > 0
+    if not paired.any():
+        return False
+    same = (counts[group, labels] - 1)[paired] / partners[paired]           # their share with the row's label
+    chance = np.square(np.bincount(labels, minlength=num_classes) / labels.size).sum()
+    return bool(same.mean() - chance >= ID_MIN_GAIN)
+
+
+def _label_frequencies(column, values, counts, prior, own_labels=None) -> np.ndarray:
+    """Smoothed label frequencies (m, K) of the training rows sharing each row's value (the prior where none);
+    own_labels (training rows): each row's own label left out."""
+    index = np.clip(np.searchsorted(values, column), 0, max(len(values) - 1, 0))
+    found = ~np.isnan(column) & (values[index] == column) if len(values) else np.zeros(column.shape, bool)
+    shared = np.where(found[:, None], counts[index], 0.0)                   # (m, K)
+    if own_labels is not None:
+        shared[np.flatnonzero(found), own_labels[found]] -= 1
+    return (shared + ID_SMOOTHING * prior) / (shared.sum(1, keepdims=True) + ID_SMOOTHING)
+
+
 class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     """fit stores the cleaned training set; predict_proba runs the model on train + test rows per member.
 
     device None keeps the model's; missing "indicator" adds a 0/1 column per feature with missing training cells to
-    the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets."""
+    the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets;
+    id_encoding adds to each id-like column whose repeated values share labels (ID_*) the leave-one-out label
+    frequencies of its value's training rows, as CatBoost's target statistics do for categories."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
-                 missing: str = "mean", autocast: str = "off", random_state: int = 0):
+                 missing: str = "mean", autocast: str = "off", random_state: int = 0, id_encoding: bool = True):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators
@@ -138,6 +185,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         self.missing = missing
         self.autocast = autocast
         self.random_state = random_state
+        self.id_encoding = id_encoding
 
     @classmethod
     def from_checkpoint(cls, path, device=None, **params) -> "NanoTabPFNClassifier":
@@ -148,6 +196,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
+        if not isinstance(self.id_encoding, (bool, np.bool_)):
+            raise ValueError(f"id_encoding must be True or False, got {self.id_encoding!r}")
         if self.autocast not in AUTOCASTS:
             raise ValueError(f"autocast must be one of {AUTOCASTS}, got {self.autocast!r}")
         for name in ("n_estimators", "max_train_rows"):
@@ -175,6 +225,10 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
                           f"{self.max_train_rows}; using a stratified subsample of {len(keep)}", stacklevel=2)
             X, y = X[keep], y[keep]
         self.n_features_in_, self.classes_, self.y_train_ = X.shape[1], classes, y
+        self.id_columns_ = [j for j in range(X.shape[1]) if self.id_encoding and _is_id_column(X[:, j], y,
+                                                                                               len(classes))]
+        self.id_groups_ = [_value_groups(X[:, j], y, len(classes)) for j in self.id_columns_]
+        X = self._with_id_frequencies(X, own_labels=y)
         self._fit_columns(X)
         clean = self._clean(X)
         # Standardising in float64 keeps finite float64 values finite in the model's float32.
@@ -186,6 +240,13 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         self.feature_subsets_ = [np.sort(rng.choice(width, per, replace=False)) if per < width else np.arange(width)
                                  for _ in range(self.n_estimators)]
         return self
+
+    def _with_id_frequencies(self, X: np.ndarray, own_labels=None) -> np.ndarray:
+        """X (n, f) with each id column's label frequencies appended: class 1's for two classes, else all K."""
+        prior = np.bincount(self.y_train_, minlength=len(self.classes_)) / len(self.y_train_)
+        added = [_label_frequencies(X[:, j], *groups, prior, own_labels)
+                 for j, groups in zip(self.id_columns_, self.id_groups_)]
+        return np.concatenate([X] + [a[:, 1:] if a.shape[1] == 2 else a for a in added], axis=1)
 
     def _fit_columns(self, X: np.ndarray):
         """Chooses the kept columns and the missing-value fill from the training rows."""
@@ -232,7 +293,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but NanoTabPFNClassifier is expecting "
                              f"{self.n_features_in_} features as input (X_test vs fit)")
-        X = self._standardize(self._clean(X))
+        X = self._standardize(self._clean(self._with_id_frequencies(X)))
         device = torch.device(self.device) if self.device is not None else next(self.model.parameters()).device
         was_training = self.model.to(device).training
         self.model.eval()
