@@ -178,6 +178,47 @@ def test_constant_and_duplicate_columns_are_dropped():
     assert np.isfinite(proba).all() and np.allclose(proba, proba[0])
 
 
+def grouped_table(num_classes, seed=0, subjects=30, rows_each=4):
+    """A subject id column whose label is the subject's (rows of one subject repeat it), an age-like integer
+    column and a noise column: (X, y) of subjects * rows_each rows in random order."""
+    rng = np.random.default_rng(seed)
+    subject = np.repeat(rng.permutation(1000)[:subjects], rows_each).astype(float)
+    y = np.repeat(np.arange(subjects) % num_classes, rows_each)
+    X = np.column_stack([subject, rng.integers(20, 70, len(y)), rng.standard_normal(len(y))])
+    order = rng.permutation(len(y))
+    return X[order], y[order]
+
+
+def test_id_columns_get_leave_one_out_label_frequencies():
+    X, y = grouped_table(num_classes=2)
+    X_train, y_train, X_test = X[:80], y[:80], X[80:]
+    clf = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X_train, y_train)
+    assert clf.id_columns_ == [0] and clf.n_features_in_ == 3         # the id, not the age-like column
+    prior = np.bincount(y_train) / len(y_train)
+    added = clf._with_id_frequencies(X_train, own_labels=y_train)
+    assert added.shape == (80, 4)
+    for i in range(5):                                                   # the row's partners, its own label left out
+        partners = (X_train[:, 0] == X_train[i, 0]) & (np.arange(80) != i)
+        expected = (y_train[partners].sum() + C.ID_SMOOTHING * prior[1]) / (partners.sum() + C.ID_SMOOTHING)
+        assert added[i, 3] == pytest.approx(expected)
+    test_added = clf._with_id_frequencies(np.array([[X_train[0, 0], 30, 0.0], [-5.0, 30, 0.0], [np.nan, 30, 0.0]]))
+    seen = X_train[:, 0] == X_train[0, 0]
+    assert test_added[0, 3] == pytest.approx((y_train[seen].sum() + prior[1]) / (seen.sum() + 1))
+    assert test_added[1, 3] == pytest.approx(prior[1]) and test_added[2, 3] == pytest.approx(prior[1])
+    proba = clf.predict_proba(X_test)
+    assert proba.shape == (len(X_test), 2) and np.isfinite(proba).all()
+    off = NanoTabPFNClassifier(make_model(17, num_outputs=2), id_encoding=False).fit(X_train, y_train)
+    assert off.id_columns_ == [] and off.X_train_.shape[1] == 3
+    shuffled = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X_train, np.random.default_rng(1).permutation(
+        y_train))
+    assert shuffled.id_columns_ == []                                    # ids whose labels differ: left alone
+    X3, y3 = grouped_table(num_classes=3, seed=2)
+    three = NanoTabPFNClassifier(make_model(18)).fit(X3[:90], y3[:90])
+    assert three.id_columns_ == [0] and three.X_train_.shape[1] == 3 + 3   # one frequency per class
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, id_encoding="yes").fit, X_train, y_train,
+                   match="id_encoding")
+
+
 def test_wide_tables_use_feature_subsets():
     model = make_model(14, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(features=30, seed=6)
