@@ -97,9 +97,10 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
     line = f"--recipe {args.recipe}: {' '.join(flag(k) for k in chosen if k not in kept)}"
     line += f" (yours kept: {' '.join(map(flag, kept))})" if kept else ""
     line += f" on {args.data}, {args.time_budget:.0f} s of training" if args.time_budget else ""
-    cpu = [f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB and "
-           f"31 s a step on 2 cores): the recipe is meant for a GPU"] if not on_cuda and "batch_size" not in kept else []
-    return [line] + cpu
+    if on_cuda or "batch_size" in kept:
+        return [line]
+    return [line, f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB "
+                  f"and 31 s a step on 2 cores): the recipe is meant for a GPU"]
 
 
 # Kernel modules whose import failed here: {module: "ErrorType: first line"} (found is not enough: a half-installed
