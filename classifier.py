@@ -126,40 +126,32 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _value_groups(column: np.ndarray, y: np.ndarray, num_classes: int):
-    """(values (G,), label counts (G, K)) of a column's distinct non-missing values over the rows y labels."""
+def _id_groups(column: np.ndarray, y: np.ndarray, num_classes: int):
+    """(distinct values (G,), label counts (G, K)) of a training column (n,) that is id-like and whose repeated
+    values share labels (the ID_* rule); None for any other column."""
     observed = ~np.isnan(column)
-    values, group = np.unique(column[observed], return_inverse=True)
-    counts = np.zeros((len(values), num_classes))
-    np.add.at(counts, (group, y[observed]), 1)
-    return values, counts
-
-
-def _is_id_column(column: np.ndarray, y: np.ndarray, num_classes: int) -> bool:
-    """Whether a training column (n,) is id-like and its repeated values share labels (the ID_* rule)."""
-    observed = ~np.isnan(column)
-    values = column[observed]
+    values, labels = column[observed], y[observed]
     if values.size < column.size // 2 or not np.all(values == np.round(values)):
-        return False
-    distinct, counts = _value_groups(column, y, num_classes)
+        return None
+    distinct, group = np.unique(values, return_inverse=True)
     if not ID_MIN_LEVELS <= len(distinct) <= ID_MAX_SHARE * column.size:
-        return False
-    labels = y[observed]
-    group = np.searchsorted(distinct, values)
+        return None
+    counts = np.zeros((len(distinct), num_classes))
+    np.add.at(counts, (group, labels), 1)
     partners = counts[group].sum(1) - 1                                     # other rows with the row's value
     paired = partners > 0
     if not paired.any():
-        return False
+        return None
     same = (counts[group, labels] - 1)[paired] / partners[paired]           # their share with the row's label
     chance = np.square(np.bincount(labels, minlength=num_classes) / labels.size).sum()
-    return bool(same.mean() - chance >= ID_MIN_GAIN)
+    return (distinct, counts) if same.mean() - chance >= ID_MIN_GAIN else None
 
 
 def _label_frequencies(column, values, counts, prior, own_labels=None) -> np.ndarray:
     """Smoothed label frequencies (m, K) of the training rows sharing each row's value (the prior where none);
     own_labels (training rows): each row's own label left out."""
-    index = np.clip(np.searchsorted(values, column), 0, max(len(values) - 1, 0))
-    found = ~np.isnan(column) & (values[index] == column) if len(values) else np.zeros(column.shape, bool)
+    index = np.clip(np.searchsorted(values, column), 0, len(values) - 1)
+    found = ~np.isnan(column) & (values[index] == column)
     shared = np.where(found[:, None], counts[index], 0.0)                   # (m, K)
     if own_labels is not None:
         shared[np.flatnonzero(found), own_labels[found]] -= 1
@@ -225,9 +217,9 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
                           f"{self.max_train_rows}; using a stratified subsample of {len(keep)}", stacklevel=2)
             X, y = X[keep], y[keep]
         self.n_features_in_, self.classes_, self.y_train_ = X.shape[1], classes, y
-        self.id_columns_ = [j for j in range(X.shape[1]) if self.id_encoding and _is_id_column(X[:, j], y,
-                                                                                               len(classes))]
-        self.id_groups_ = [_value_groups(X[:, j], y, len(classes)) for j in self.id_columns_]
+        groups = [_id_groups(X[:, j], y, len(classes)) if self.id_encoding else None for j in range(X.shape[1])]
+        self.id_columns_ = [j for j, g in enumerate(groups) if g is not None]
+        self.id_groups_ = [groups[j] for j in self.id_columns_]
         X = self._with_id_frequencies(X, own_labels=y)
         self._fit_columns(X)
         clean = self._clean(X)
