@@ -1,4 +1,6 @@
-"""Target encoding of id-like integer columns, as a NanoTabPFNClassifier subclass; scored on a suite."""
+"""Target encoding of id-like integer columns, as a NanoTabPFNClassifier subclass (the classifier's own id_encoding
+off), scored on a suite. Run from the repository root:
+    python results/cpu-2core/inference-levers/id-columns/choice.py CKPT suite|heldout SPLITS SPEC   (SPEC: JSON or null)"""
 import os, sys, time, warnings, json
 sys.path.insert(0, os.getcwd())   # run from the repository root
 import numpy as np, torch
@@ -35,7 +37,7 @@ def id_columns(X, min_levels, max_share, min_share, y=None, gain=None, partner=0
 
 class TE(NanoTabPFNClassifier):
     def __init__(self, model, te=(8, 0.9, 0.0), smooth=1.0, gain=None, partner=0.0, **kw):
-        super().__init__(model, **kw); self.te = te; self.smooth = smooth; self.gain = gain; self.partner = partner
+        super().__init__(model, id_encoding=False, **kw); self.te = te; self.smooth = smooth; self.gain = gain; self.partner = partner
     def _encode(self, X, train_y=None):
         out = []
         for j in self.te_cols_:
@@ -71,7 +73,7 @@ if __name__ == "__main__":
     from classifier import model_from_checkpoint
     model = model_from_checkpoint(ckpt)
     warnings.simplefilter("ignore")
-    make = (lambda: NanoTabPFNClassifier(model, device="cpu")) if spec is None else (lambda: TE(model, device="cpu", **spec))
+    make = (lambda: NanoTabPFNClassifier(model, device="cpu", id_encoding=False)) if spec is None else (lambda: TE(model, device="cpu", **spec))
     t = time.time()
     res = evaluation.evaluate_suite(make, evaluation.usable_tasks(tasks[which], 10), splits)
     cmp = evaluation.compare({"m": res, **baselines[which]}, "m")["methods"]
