@@ -28,7 +28,7 @@ RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, batch_s
                                missing_cells=0.1)}
 RECIPE_BUDGET_S = 600.0
 RECIPE_CPU_BATCH = 4
-RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 43 s on an H100, 4.8 s on 2 CPU cores
+RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 43 s on an H100, 4.5 s on 2 CPU cores
 
 
 def build_parser():
@@ -100,7 +100,7 @@ def apply_recipe(args, parser, on_cuda: bool) -> list:
     if on_cuda or "batch_size" in kept:
         return [line]
     return [line, f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB "
-                  f"and 31 s a step on 2 cores): the recipe is meant for a GPU"]
+                  f"and 28 s a step on 2 cores): the recipe is meant for a GPU"]
 
 
 # Kernel modules whose import failed here: {module: "ErrorType: first line"} (found is not enough: a half-installed
