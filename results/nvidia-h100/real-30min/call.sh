@@ -69,7 +69,8 @@ resume_or_new() {  # gpu seed new_seed: the 10-minute model resumed to 30 minute
   score $gpu recipe30-s$seed-20m $CK/recipe30-s$seed-1200s.pt 20 $seed
   slim $CK/recipe30-s$seed.pt $CK/recipe30-s$seed-1200s.pt
 }
-scaling() {  # gpus attention (flash-attn-4 installed apart, in /tmp/fa4site)
+scaling() {  # gpus attention (flash-attn-4 installed apart, in /tmp/fa4site); not started within 60 s of DEADLINE
+  [ $((DEADLINE - $(elapsed))) -gt 60 ] || return
   CUDA_VISIBLE_DEVICES=$1 PYTHONPATH=/tmp/fa4site/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4site:/tmp/site \
     timeout $((DEADLINE - $(elapsed))) python benchmark.py --scaling --gpus 1,2 --workloads blog \
     --best-flags="--fast --attention $2" --repeats 1 --run-timeout 300 --out $W/scaling-$2 > $W/scaling-$2.log 2>&1
