@@ -473,7 +473,8 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert fast(["--embedding-size", "64"], 5000)[0].attention == "triton"        # head size 16: fa4 refuses it
     assert fast(["--attention", "triton"], 5000)[0].attention == "triton"         # an explicit choice wins
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert fast([], 5000)[0].attention == "triton"                                # DDP: fa4 not measured there
+    ddp_fa4, notices = fast([], 5000)
+    assert ddp_fa4.attention == "fa4" and ddp_fa4.cuda_graphs and not notices      # DDP: fa4 won there too
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: not hopper_only)
     assert fast([], 5000)[0].attention == "triton"                                # fa4 runs, but not on Hopper

@@ -50,11 +50,12 @@ for path in sys.argv[1:]:
         torch.save(state, "/tmp/w/slim-" + os.path.basename(path))
 PY
 }
-pack() {  # name files...: $W's small files, then the named files (tar's exit 1: a log changed while read)
+pack() {  # name files...: $W's small files, then the named files or quoted globs, matched in $W (tar's exit 1: a log
+          # changed while read). The run's call passed the globs unquoted: they matched nothing, no model came back.
   local name=$1 files; shift
   tar cf $W/.pack.tar -C $W --exclude '*.pt' --exclude '*.tar' --exclude '.pack*' --exclude '*.part-*' .
   [ $? -le 1 ] || return 1
-  files=$(cd $W && ls "$@" 2>/dev/null); [ -z "$files" ] || tar rf $W/.pack.tar -C $W $files
+  files=$(cd $W && ls -d $* 2>/dev/null); [ -z "$files" ] || tar rf $W/.pack.tar -C $W $files   # globs in $W
   mv $W/.pack.tar $W/pack-$name.tar
 }
 resume_or_new() {  # gpu seed new_seed: the 10-minute model resumed to 30 minutes; a refused resume trains new_seed
@@ -130,6 +131,6 @@ finish)
     > $W/fa4-import.log 2>&1 && touch $W/FA4_READY; cat $W/fa4-import.log
   while [ ! -e $W/B_DONE ] && [ $(elapsed) -lt $DEADLINE ]; do sleep 5; done
   cat $W/train.txt; cat $W/score-*.log 2>/dev/null; tail -n 20 $W/driver.log
-  pack B slim-recipe30*.pt slim-recipe2gpu*.pt slim-recipe-s6.pt slim-recipe-s7.pt; split -b 15M $W/pack-B.tar $OUT/B.tar.part-
+  pack B 'slim-recipe30*.pt' 'slim-recipe2gpu*.pt' slim-recipe-s6.pt slim-recipe-s7.pt; split -b 15M $W/pack-B.tar $OUT/B.tar.part-
   ;;
 esac
