@@ -33,6 +33,7 @@ FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, o
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
+TREE_SHARE = 0.3                 # datasets drawn from sums of random trees; the rest from MLP SCMs
 CPU_ROWS_PER_S_PER_THREAD = 70_000   # the plan line's ETA, calibrated on a 16-core host ...
 CUDA_ROWS_PER_S = 2_000_000          # ... and on an H200
 
@@ -85,8 +86,43 @@ def _sample_causes(gen, num, count, rows, device):
     return torch.where(use_uniform, math.sqrt(3) * torch.erf(normal / math.sqrt(2)), normal)
 
 
-def _mlp_scm(gen, rng, num, rows, features, num_features, device):
-    """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R)."""
+def _row_groups(gen, rng, num, rows, share, device):
+    """(num, R) long, a group per row: a share of the datasets hold repeated measures of entities (R // U{2..8}
+    groups, rows drawn into them at random, each group named by a row of its own number); the other datasets' rows
+    are each their own group."""
+    grouped = torch.from_numpy(rng.random(num) < share).to(device)
+    num_groups = torch.from_numpy(rows // rng.integers(2, 9, num)).to(device)
+    drawn = (torch.rand(num, rows, generator=gen, device=device) * num_groups[:, None]).long()
+    return torch.where(grouped[:, None], drawn, torch.arange(rows, device=device))
+
+
+def _share_within_groups(gen, causes, groups):
+    """causes (num, count, R): a per-dataset U(0.3, 1) share of them hold one value per row group (an entity's age,
+    sex, baseline), taken from the row that names the group; groups (num, R) from _row_groups."""
+    num, count, rows = causes.shape
+    share = _uniform(gen, (num, 1, 1), 0.3, 1.0, causes.device)
+    static = torch.rand(num, count, 1, generator=gen, device=causes.device) < share
+    return torch.where(static, causes.gather(2, groups[:, None, :].expand(num, count, rows)), causes)
+
+
+def _entity_columns(gen, x, target, groups, num_features):
+    """Grouped datasets: half get a target fixed per group (an entity's trait, as a subject's treatment arm), half
+    (of >= 2 features) an id column, a random numbering of the groups in the last feature. x (num, R, F), target
+    (num, R); returns both."""
+    num, rows, features = x.shape
+    device = x.device
+    grouped = (groups != torch.arange(rows, device=device)).any(1)                                      # (num,)
+    per_entity = grouped & (torch.rand(num, generator=gen, device=device) < 0.5)
+    target = torch.where(per_entity[:, None], target.gather(1, groups), target)
+    with_id = grouped & (num_features >= 2) & (torch.rand(num, generator=gen, device=device) < 0.5)
+    numbering = torch.rand(num, rows, generator=gen, device=device).argsort(1).gather(1, groups).to(x.dtype)
+    last = torch.arange(features, device=device) == (num_features[:, None] - 1)                       # (num, F)
+    return torch.where(with_id[:, None, None] & last[:, None, :], numbering[:, :, None], x), target
+
+
+def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None):
+    """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R).
+    groups (num, R) or None: root causes shared within row groups (_share_within_groups)."""
     num_layers = int(rng.integers(2, 7))
     width = max(features, int(round(math.exp(rng.uniform(math.log(5), math.log(130))))))   # room for F causes
     activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
@@ -98,6 +134,8 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     causes_to_output = torch.rand(num, generator=gen, device=device) < 0.3
     observed = torch.arange(width, device=device) < num_features[:, None]        # (num, width)
     hidden = _sample_causes(gen, num, width, rows, device)                       # (num, width, R)
+    if groups is not None:
+        hidden = _share_within_groups(gen, hidden, groups)
     hidden = hidden * (observed | ~causes_to_output[:, None])[:, :, None]
     nodes = [hidden]
     for layer in range(num_layers):
@@ -144,15 +182,19 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device):
     return x, target[:, 0]
 
 
-def _tree_scm(gen, rng, num, rows, features, num_features, device):
-    """Sums of random decision trees on correlated features. Returns X (num, R, F), target (num, R)."""
+def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None):
+    """Sums of random decision trees on correlated features. Returns X (num, R, F), target (num, R).
+    groups (num, R) or None: causes shared within row groups (_share_within_groups)."""
     depth, num_trees = int(rng.integers(2, 5)), int(rng.integers(1, 4))
     num_internal = 2 ** depth - 1
     active = (torch.arange(features, device=device) < num_features[:, None]).float()   # (num, F)
     correlation = torch.rand(num, 1, 1, generator=gen, device=device)     # 0 = independent
     mixing = torch.eye(features, device=device) + correlation * torch.randn(
         num, features, features, generator=gen, device=device) / math.sqrt(features)
-    x = (_sample_causes(gen, num, rows, features, device) @ mixing) * active[:, None, :]  # (num, R, F)
+    causes = _sample_causes(gen, num, rows, features, device)                          # (num, R, F)
+    if groups is not None:
+        causes = _share_within_groups(gen, causes.transpose(1, 2), groups).transpose(1, 2)
+    x = (causes @ mixing) * active[:, None, :]                                          # (num, R, F)
     oblique = torch.rand(num, 1, 1, generator=gen, device=device) < 0.4
     target = torch.zeros(num, rows, device=device)
     for _ in range(num_trees):
@@ -252,9 +294,11 @@ def _draw_num_features(rng, num, features, feature_law, block):
     return np.repeat(counts, block)[:num]
 
 
-def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device, feature_law="uniform", block=32):
+def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device, feature_law="uniform", block=32,
+                    grouped_rows=0.0, tree_share=TREE_SHARE):
     """Chunk `chunk_index` of `num` datasets (splits: the dump's single_eval_pos, numpy):
-    X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
+    X (num, R, F) float32, y (num, R) float32, num_features (num,). grouped_rows: the share with row groups;
+    tree_share: the share drawn from sums of trees (the rest from MLP SCMs)."""
     splits = torch.from_numpy(splits[chunk_index * num:(chunk_index + 1) * num]).to(device, torch.long)
     seeds = np.random.SeedSequence([seed, 1, chunk_index])
     rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
@@ -262,21 +306,29 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
     num_features = torch.from_numpy(_draw_num_features(rng, num, features, feature_law, block)).to(device)
     num_classes = torch.from_numpy(rng.integers(2, classes + 1, num)).to(device)
-    is_tree = rng.random(num) < 0.3
+    is_tree = rng.random(num) < tree_share
+    groups = _row_groups(gen, rng, num, rows, grouped_rows, device) if grouped_rows > 0 else None   # no draw at 0
     x = torch.empty(num, rows, features, device=device)
     target = torch.empty(num, rows, device=device)
     for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (_tree_scm, np.flatnonzero(is_tree))):
         if len(subset):
             subset = torch.from_numpy(subset).to(device)
-            x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device)
+            x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device,
+                                            None if groups is None else groups[subset])
+    if groups is not None:
+        x, target = _entity_columns(gen, x, target, groups, num_features)
     labels = _cut_into_classes(gen, target, num_classes, classes, max(2, int(0.1 * rows / classes)))
     labels, order = _cover_classes_on_both_sides(labels, splits, num_classes, classes)
     x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)), num_features)
     return x, labels.float(), num_features.int()
 
 
-def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size):
+def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows=0.0,
+                 tree_share=TREE_SHARE):
     """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
+    for name, share in (("grouped_rows", grouped_rows), ("tree_share", tree_share)):
+        if not 0.0 <= share <= 1.0:   # also rejects NaN
+            raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
                              ("features", features, 1), ("classes", classes, 2), ("seed", seed, 0),
                              ("original_batch_size", original_batch_size, 1),
@@ -323,9 +375,12 @@ def _in_order(build_chunk, num_chunks, device):
 
 
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
-             original_batch_size=32, feature_law="uniform"):
-    """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size)
+             original_batch_size=32, feature_law="uniform", grouped_rows=0.0, tree_share=TREE_SHARE):
+    """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X);
+    grouped_rows: the share of datasets whose rows are repeated measures of entities (0: the prior as before);
+    tree_share: the share drawn from sums of trees."""
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows,
+                 tree_share)
     device = resolve_device(device or "auto")
     # datasets per chunk, the unit of generation and seeding: a power of two <= 256, about 32k rows
     per_chunk = min(256, 2 ** max(0, int(math.log2(max(1, 32_768 // rows)))))
@@ -337,7 +392,8 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     if feature_law not in FEATURE_LAWS:
         raise ValueError(f"feature_law must be one of {FEATURE_LAWS}, got {feature_law!r}")
     chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device,
-                                                     feature_law, original_batch_size), num_chunks, device)
+                                                     feature_law, original_batch_size, grouped_rows, tree_share),
+                       num_chunks, device)
     try:
         for first_chunk in range(0, num_chunks, chunks_per_group):
             parts = [next(chunks) for _ in range(min(chunks_per_group, num_chunks - first_chunk))]
@@ -371,11 +427,13 @@ def _disk_errors(path):
 
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
-               original_batch_size=32, group_size=None, feature_law="uniform"):
+               original_batch_size=32, group_size=None, feature_law="uniform", grouped_rows=0.0,
+               tree_share=TREE_SHARE):
     """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
     progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     from tqdm import tqdm
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size)
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows,
+                 tree_share)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
     safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
@@ -395,7 +453,8 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 datasets = {key: f.create_dataset(key, shape[:ndim], dtype=dtype) for key, ndim, dtype in (
                     ("X", 3, "f4"), ("y", 2, "f4"), ("num_features", 1, "i4"), ("num_datapoints", 1, "i4"),
                     ("single_eval_pos", 1, "i4"))}
-            for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law):
+            for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law,
+                                  grouped_rows, tree_share):
                 with _disk_errors(path):
                     for key, dataset in datasets.items():
                         dataset[group.start:group.start + len(group.X)] = getattr(group, key)
@@ -405,7 +464,8 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 f.create_dataset("original_batch_size", data=np.array([original_batch_size], np.int64))
                 f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
                 f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
-                               seed=seed, device_type=device.type, feature_law=feature_law)
+                               seed=seed, device_type=device.type, feature_law=feature_law,
+                               grouped_rows=grouped_rows, tree_share=tree_share)
         finally:
             with _disk_errors(path):
                 f.close()   # flushes: a full disk often shows here first
@@ -464,7 +524,7 @@ def main(argv=None):
     parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
                         help="nano = 300k datasets x 150 rows x 5 features x 2 classes, blog = 30k x 5000 x 5 x 2, "
-                             "real = 200k x 256 x 1-32 (log-uniform per block) x 2-10")
+                             "real = 200k x 512 x 2-32 (log-uniform per block) x 2-10")
     parser.add_argument("--num-datasets", type=int, help="number of datasets N (default: the preset's)")
     parser.add_argument("--rows", type=int, help="rows per dataset R, >= 4 (default: the preset's)")
     parser.add_argument("--features", type=int, help="max features F per dataset (default: the preset's)")
@@ -472,6 +532,12 @@ def main(argv=None):
     parser.add_argument("--feature-law", choices=FEATURE_LAWS,
                         help="features per dataset: uniform in 1..F, or block-log: log-uniform, one count per aligned "
                              "block of --original-batch-size datasets (default: the preset's)")
+    parser.add_argument("--grouped-rows", type=float, default=0.0, metavar="SHARE",
+                        help="share of datasets whose rows are repeated measures of entities: causes shared within "
+                             "groups of 2-8 rows, half with an id column (default 0)")
+    parser.add_argument("--tree-share", type=float, default=TREE_SHARE, metavar="SHARE",
+                        help=f"share of datasets drawn from sums of random trees, the rest from MLP SCMs "
+                             f"(default {TREE_SHARE})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -490,7 +556,8 @@ def main(argv=None):
         "data", "prior_{num_datasets}_{rows}x{features}_{classes}".format(**shape) + f"_seed{args.seed}.h5")
     try:   # write_dump checks the sizes, the device and the output before it writes anything
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
-                           original_batch_size=args.original_batch_size, group_size=args.group_size, **shape)
+                           original_batch_size=args.original_batch_size, group_size=args.group_size,
+                           grouped_rows=args.grouped_rows, tree_share=args.tree_share, **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
     except MemoryError:

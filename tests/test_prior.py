@@ -168,6 +168,7 @@ def _main(argv, capsys):
     ["--num-datasets", "-5"], ["--rows", "3"], ["--classes", "1"], ["--features", "0"],
     ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
     ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
+    ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"],
 ])
 def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
@@ -334,3 +335,46 @@ def test_block_log_features_are_one_count_per_aligned_block_and_the_uniform_law_
     assert not (uniform["num_features"].reshape(-1, 16) == uniform["num_features"].reshape(-1, 16)[:, :1]).all()
     with pytest.raises(ValueError, match="feature_law"):
         list(prior_dump.generate(8, 40, 12, 4, seed=5, feature_law="zipf"))
+
+
+def _label_agreement_on_repeated_values(data):
+    """(datasets whose last feature repeats values like an id, P(same label | same value there), P(same label))."""
+    rows = data["X"].shape[1]
+    hits = pairs = 0
+    chance, count = [], 0
+    for x, y, num_features in zip(data["X"], data["y"], data["num_features"]):
+        column = x[:, num_features - 1]
+        if num_features < 2 or len(np.unique(column)) > rows // 2:
+            continue
+        count += 1
+        same_value = (column[:, None] == column[None, :]) & ~np.eye(rows, dtype=bool)
+        same_label = y[:, None] == y[None, :]
+        hits, pairs = hits + (same_value & same_label).sum(), pairs + same_value.sum()
+        chance.append(same_label[~np.eye(rows, dtype=bool)].mean())
+    return count, hits / max(pairs, 1), float(np.mean(chance))
+
+
+def test_grouped_rows_repeat_entities_whose_rows_share_labels():
+    """--grouped-rows: rows of one entity share causes, some tables an id column, some a per-entity label; the
+    rows that repeat an id-like value then share labels far above chance. Invalid shares are refused."""
+    args = dict(num_datasets=128, rows=60, features=6, classes=3, seed=2, original_batch_size=8,
+                feature_law="block-log")
+    plain = _label_agreement_on_repeated_values(_concat(prior_dump.generate(**args)))
+    grouped = _concat(prior_dump.generate(grouped_rows=1.0, **args))
+    count, agreement, chance = _label_agreement_on_repeated_values(grouped)
+    assert count > 2 * plain[0]                          # id columns on top of the prior's ordinal ones
+    assert agreement > chance + 0.15 and agreement > plain[1] + 0.08
+    assert np.isfinite(grouped["X"]).all() and (np.abs(grouped["X"]) <= prior_dump.FEATURE_CLIP).all()
+    for share in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="grouped_rows"):
+            list(prior_dump.generate(grouped_rows=share, **args))
+
+
+def test_tree_share_sets_the_mix_of_scms():
+    """--tree-share 1 and 0 draw every table from trees or from MLPs: different data; out of range is refused."""
+    args = dict(num_datasets=32, rows=40, features=4, classes=2, seed=4, original_batch_size=8)
+    trees, mlps = (_concat(prior_dump.generate(tree_share=share, **args)) for share in (1.0, 0.0))
+    assert not np.array_equal(trees["X"], mlps["X"])
+    for share in (-0.5, 1.01):
+        with pytest.raises(ValueError, match="tree_share"):
+            list(prior_dump.generate(tree_share=share, **args))
