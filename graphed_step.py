@@ -12,13 +12,14 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)       # torch.compile
 
 
-def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False):
-    """"schedulefree" (upstream; fused: the graph-safe form below) or "adamw" (torch's)."""
+def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False, warmup_steps: int = 0):
+    """"schedulefree" (upstream; fused: the graph-safe form below) or "adamw" (torch's); warmup_steps: schedule-free's
+    linear warm-up of the lr (0: none)."""
     if name == "schedulefree" and fused:
-        return FusedScheduleFreeAdamW(model.parameters(), lr=lr)
+        return FusedScheduleFreeAdamW(model.parameters(), lr=lr, warmup_steps=warmup_steps)
     if name == "schedulefree":
         import schedulefree  # lazily: only the schedule-free path needs it
-        return schedulefree.AdamWScheduleFree(model.parameters(), lr=lr, weight_decay=0.0)
+        return schedulefree.AdamWScheduleFree(model.parameters(), lr=lr, weight_decay=0.0, warmup_steps=warmup_steps)
     if name == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
                                  fused=next(model.parameters()).is_cuda)  # one kernel for the update on CUDA
@@ -41,17 +42,22 @@ def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
 
 
 class FusedScheduleFreeAdamW(torch.optim.Optimizer):
-    """schedulefree.AdamWScheduleFree at its defaults (no warm-up, no weight decay, r=0, weight_lr_power=2, so
-    ckp1 = 1/(k+1)) in foreach kernels, every per-step scalar a device tensor that a CUDA graph can replay."""
+    """schedulefree.AdamWScheduleFree without weight decay, r=0, weight_lr_power=2 (without warm-up ckp1 = 1/(k+1)),
+    in foreach kernels, every per-step scalar a device tensor that a CUDA graph can replay."""
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, warmup_steps: int = 0):
         # capturable=True: Optimizer.load_state_dict then keeps each 'step' tensor on its parameter's
         # device (otherwise a resumed step counter lands on the CPU, outside any CUDA graph).
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, train_mode=True, capturable=True))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, warmup_steps=warmup_steps, train_mode=True,
+                                      capturable=True))
         for group in self.param_groups:  # state allocated up front: graph capture needs it to exist
             for p in group["params"]:
                 self.state[p].update(z=p.detach().clone(), exp_avg_sq=torch.zeros_like(p),
                                      step=torch.zeros((), dtype=torch.float32, device=p.device))
+            if warmup_steps:   # the package's lr_max and weight_sum, kept with the group's first parameter
+                first = group["params"][0]
+                self.state[first].update(lr_max=torch.zeros((), device=first.device),
+                                         weight_sum=torch.zeros((), device=first.device))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -66,7 +72,14 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
             grads, zs, sqs = [p.grad for p in ys], [s["z"] for s in states], [s["exp_avg_sq"] for s in states]
             torch._foreach_add_([s["step"] for s in states], 1.0)
             k = states[0]["step"]                                   # (), k+1 in the package's notation
-            ckp1 = 1.0 / k                                          # weight / weight_sum
+            if group["warmup_steps"]:
+                lr = lr * torch.clamp(k / group["warmup_steps"], max=1.0)   # (), linear warm-up
+                kept = self.state[group["params"][0]]
+                kept["lr_max"].copy_(torch.maximum(kept["lr_max"], lr))
+                weight = kept["lr_max"].square()                    # weight_lr_power 2
+                ckp1 = weight / kept["weight_sum"].add_(weight)     # weight / weight_sum
+            else:
+                ckp1 = 1.0 / k                                      # weight / weight_sum with a constant lr
             torch._foreach_mul_(sqs, beta2)
             torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)
             denom = torch._foreach_mul(sqs, 1.0 / (1.0 - torch.pow(beta2, k)))   # bias-corrected second moment
@@ -78,7 +91,10 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
             torch._foreach_mul_(towards_z, ckp1)
             torch._foreach_add_(ys, towards_z)
             torch._foreach_add_(ys, torch._foreach_mul(normed, lr * (beta1 * (1.0 - ckp1) - 1.0)))
-            torch._foreach_add_(zs, normed, alpha=-lr)            # z <- z - lr * g
+            if group["warmup_steps"]:
+                torch._foreach_add_(zs, torch._foreach_mul(normed, -lr))   # z <- z - lr * g, lr a tensor
+            else:
+                torch._foreach_add_(zs, normed, alpha=-lr)        # z <- z - lr * g
 
     @torch.no_grad()
     def _swap(self, to_train: bool):

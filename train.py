@@ -73,6 +73,8 @@ class TrainConfig:
     device: str = _flag("auto", "auto, cpu, cuda or cuda:N")
     optimizer: str = _flag("schedulefree", "schedule-free AdamW (upstream) or torch AdamW",
                            choices=["schedulefree", "adamw"])
+    warmup_steps: int = _flag(0, "schedule-free's linear lr warm-up over the first N steps (0: none)",
+                              type=nonnegative_int)
     grad_clip: float = 1.0
     missing_cells: float = _flag(0.0, "half the prior's tables lose up to this share of cells, filled with the "
                                       "train mean (0: off)", type=share_flag)
@@ -158,7 +160,7 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
 
 
 # The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
-RUN_FIELDS = ("lr", "seed", *(name for name, _ in PRIOR_TRANSFORMS))
+RUN_FIELDS = ("lr", "seed", "warmup_steps", *(name for name, _ in PRIOR_TRANSFORMS))
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
@@ -399,7 +401,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None."""
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
-    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer)
+    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer, config.warmup_steps)
     graphed = (GraphedTrainStep(model, optimizer, config.batch_size, *shape, device, amp=config.amp,
                                 grad_clip=config.grad_clip, compile=config.compile) if config.cuda_graphs else None)
     timer = StepTimer(device, warmup_steps=config.timing_warmup,
@@ -509,6 +511,8 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
     if config.batch_size * world_size > info.num_datasets:
         raise DumpError(f"--batch-size {config.batch_size} x {world_size} rank(s) is larger than the dump "
                         f"({info.num_datasets} datasets)")
+    if config.warmup_steps and config.optimizer != "schedulefree":
+        raise UsageError("--warmup-steps is schedule-free's warm-up; --optimizer adamw has none")
     # Before any work: a bad output path must not cost the run, and no output may be a file it reads.
     late = [t for t in save_times(config.save_at) if 0 < config.time_budget <= t]
     if (config.save_at and not config.ckpt) or late:

@@ -132,7 +132,8 @@ def test_flash_reports_the_sdpa_kernel(dump, capsys):
         assert "flash kernels need CUDA" in out  # never implies flash ran on a CPU
 
 
-@pytest.mark.parametrize("flags", [[], ["--gds-bin", "--prefetch", "3"], ["--streams", "--pinned"]])
+@pytest.mark.parametrize("flags", [[], ["--gds-bin", "--prefetch", "3"], ["--streams", "--pinned"],
+                                   ["--warmup-steps", "8"], ["--warmup-steps", "8", "--fused-optimizer"]])
 def test_resume_continues_exactly(flags, dump, tmp_path):
     """2K steps straight == K steps, then resumed for K more: same losses, same parameters."""
     common = ["--data", dump, "--batch-size", "4", "--seed", "5", *FAST, *flags]
@@ -329,6 +330,32 @@ def test_eval_time_is_not_training_time_when_a_budget_ends_the_run(dump):
     result = T.train(model, loader, config, eval_fn=slow_eval)
     assert result.eval_history, "the slow eval ran"
     assert 3.0 <= result.train_seconds < 6.0, result.train_seconds   # no 6 s eval counted as training
+
+
+def test_fused_schedule_free_warm_up_matches_the_package():
+    """--warmup-steps: the linear warm-up, lr_max and the lr-weighted average of the package, as device tensors."""
+    import schedulefree
+    from graphed_step import FusedScheduleFreeAdamW
+    torch.manual_seed(1)
+    ref = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
+    ours, plain = __import__("copy").deepcopy(ref), __import__("copy").deepcopy(ref)
+    opt_ref = schedulefree.AdamWScheduleFree(ref.parameters(), lr=4e-3, weight_decay=0.0, warmup_steps=6)
+    opt_ours = FusedScheduleFreeAdamW(ours.parameters(), lr=4e-3, warmup_steps=6)
+    opt_plain = FusedScheduleFreeAdamW(plain.parameters(), lr=4e-3)
+    for opt in (opt_ref, opt_ours, opt_plain):
+        opt.train()
+    for step in range(20):   # through the warm-up and past it
+        x = torch.randn(16, 7)
+        for model, opt in ((ref, opt_ref), (ours, opt_ours), (plain, opt_plain)):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    for a, b in zip(ref.parameters(), ours.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert any((a - b).abs().max() > 1e-4 for a, b in zip(ours.parameters(), plain.parameters()))   # warm-up acts
+    opt_ref.eval(), opt_ours.eval()
+    for a, b in zip(ref.parameters(), ours.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
@@ -808,6 +835,13 @@ def test_save_at_keeps_the_model_at_each_time_and_needs_a_ckpt(dump, tmp_path, c
     with pytest.raises(SystemExit) as exit_info:
         run_main("train_optimized", ["--data", dump, "--steps", "2", "--save-at", "-1", "--ckpt", str(ck)])
     assert exit_info.value.code == 2 and "--save-at: '-1' is not seconds > 0" in capsys.readouterr().err
+
+
+def test_warm_up_needs_the_schedule_free_optimizer(dump, capsys):
+    code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--warmup-steps", "3",
+                                           "--optimizer", "adamw"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--warmup-steps is schedule-free's" in err and err.strip().count("\n") == 0, err
 
 
 def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
