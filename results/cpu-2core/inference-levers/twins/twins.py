@@ -32,7 +32,7 @@ def main(paths):
     for split, (train, test) in enumerate(task.splits):
         seen = {tuple(X[i, PATIENT_COLUMNS]) for i in train}
         twin = np.array([tuple(X[i, PATIENT_COLUMNS]) in seen for i in test])
-        scores = {"catboost": CatBoostClassifier(verbose=0, thread_count=2, random_seed=0)
+        scores = {"catboost": CatBoostClassifier(verbose=0, thread_count=2, random_seed=0, allow_writing_files=False)
                   .fit(X[train], y[train]).predict_proba(X[test])[:, 1]}
         scores.update({path: clf.fit(X[train], y[train]).predict_proba(X[test])[:, 1] for path, clf in models.items()})
         for name, score in scores.items():
