@@ -7,6 +7,7 @@ Data depend only on (seed, shape, classes, original_batch_size, device type); N 
 """
 import collections
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -33,9 +34,15 @@ FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, o
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
-TREE_SHARE = 0.3                 # datasets drawn from sums of random trees; the rest from MLP SCMs
 CPU_ROWS_PER_S_PER_THREAD = 70_000   # the plan line's ETA, calibrated on a 16-core host ...
 CUDA_ROWS_PER_S = 2_000_000          # ... and on an H200
+
+
+class PriorMix(NamedTuple):
+    """What the prior draws beyond its shapes; the defaults are the prior as it was (nothing more is drawn)."""
+    grouped_rows: float = 0.0    # share of datasets whose rows are repeated measures of entities
+    tree_share: float = 0.3      # share drawn from sums of random trees; the rest from MLP SCMs
+    tree_depth: int = 4          # trees are U{2..tree_depth} levels deep
 
 
 class DumpGroup(NamedTuple):
@@ -182,10 +189,10 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None):
     return x, target[:, 0]
 
 
-def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None):
-    """Sums of random decision trees on correlated features. Returns X (num, R, F), target (num, R).
-    groups (num, R) or None: causes shared within row groups (_share_within_groups)."""
-    depth, num_trees = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None, max_depth=4):
+    """Sums of random decision trees (2..max_depth levels) on correlated features. Returns X (num, R, F), target
+    (num, R). groups (num, R) or None: causes shared within row groups (_share_within_groups)."""
+    depth, num_trees = int(rng.integers(2, max_depth + 1)), int(rng.integers(1, 4))
     num_internal = 2 ** depth - 1
     active = (torch.arange(features, device=device) < num_features[:, None]).float()   # (num, F)
     correlation = torch.rand(num, 1, 1, generator=gen, device=device)     # 0 = independent
@@ -295,10 +302,9 @@ def _draw_num_features(rng, num, features, feature_law, block):
 
 
 def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device, feature_law="uniform", block=32,
-                    grouped_rows=0.0, tree_share=TREE_SHARE):
+                    mix=PriorMix()):
     """Chunk `chunk_index` of `num` datasets (splits: the dump's single_eval_pos, numpy):
-    X (num, R, F) float32, y (num, R) float32, num_features (num,). grouped_rows: the share with row groups;
-    tree_share: the share drawn from sums of trees (the rest from MLP SCMs)."""
+    X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
     splits = torch.from_numpy(splits[chunk_index * num:(chunk_index + 1) * num]).to(device, torch.long)
     seeds = np.random.SeedSequence([seed, 1, chunk_index])
     rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
@@ -306,11 +312,12 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
     num_features = torch.from_numpy(_draw_num_features(rng, num, features, feature_law, block)).to(device)
     num_classes = torch.from_numpy(rng.integers(2, classes + 1, num)).to(device)
-    is_tree = rng.random(num) < tree_share
-    groups = _row_groups(gen, rng, num, rows, grouped_rows, device) if grouped_rows > 0 else None   # no draw at 0
+    is_tree = rng.random(num) < mix.tree_share
+    groups = _row_groups(gen, rng, num, rows, mix.grouped_rows, device) if mix.grouped_rows > 0 else None   # 0: no draw
     x = torch.empty(num, rows, features, device=device)
     target = torch.empty(num, rows, device=device)
-    for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (_tree_scm, np.flatnonzero(is_tree))):
+    tree_scm = functools.partial(_tree_scm, max_depth=mix.tree_depth)
+    for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (tree_scm, np.flatnonzero(is_tree))):
         if len(subset):
             subset = torch.from_numpy(subset).to(device)
             x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device,
@@ -323,12 +330,13 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     return x, labels.float(), num_features.int()
 
 
-def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows=0.0,
-                 tree_share=TREE_SHARE):
+def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix=PriorMix()):
     """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
-    for name, share in (("grouped_rows", grouped_rows), ("tree_share", tree_share)):
+    for name, share in (("grouped_rows", mix.grouped_rows), ("tree_share", mix.tree_share)):
         if not 0.0 <= share <= 1.0:   # also rejects NaN
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
+    if not isinstance(mix.tree_depth, (int, np.integer)) or not 2 <= mix.tree_depth <= 10:
+        raise ValueError(f"tree_depth must be an integer in 2..10, got {mix.tree_depth!r}")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
                              ("features", features, 1), ("classes", classes, 2), ("seed", seed, 0),
                              ("original_batch_size", original_batch_size, 1),
@@ -375,12 +383,9 @@ def _in_order(build_chunk, num_chunks, device):
 
 
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
-             original_batch_size=32, feature_law="uniform", grouped_rows=0.0, tree_share=TREE_SHARE):
-    """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X);
-    grouped_rows: the share of datasets whose rows are repeated measures of entities (0: the prior as before);
-    tree_share: the share drawn from sums of trees."""
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows,
-                 tree_share)
+             original_batch_size=32, feature_law="uniform", mix=PriorMix()):
+    """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix)
     device = resolve_device(device or "auto")
     # datasets per chunk, the unit of generation and seeding: a power of two <= 256, about 32k rows
     per_chunk = min(256, 2 ** max(0, int(math.log2(max(1, 32_768 // rows)))))
@@ -392,7 +397,7 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     if feature_law not in FEATURE_LAWS:
         raise ValueError(f"feature_law must be one of {FEATURE_LAWS}, got {feature_law!r}")
     chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device,
-                                                     feature_law, original_batch_size, grouped_rows, tree_share),
+                                                     feature_law, original_batch_size, mix),
                        num_chunks, device)
     try:
         for first_chunk in range(0, num_chunks, chunks_per_group):
@@ -427,13 +432,11 @@ def _disk_errors(path):
 
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
-               original_batch_size=32, group_size=None, feature_law="uniform", grouped_rows=0.0,
-               tree_share=TREE_SHARE):
+               original_batch_size=32, group_size=None, feature_law="uniform", mix=PriorMix()):
     """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
     progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     from tqdm import tqdm
-    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, grouped_rows,
-                 tree_share)
+    _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
     safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
@@ -453,8 +456,7 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 datasets = {key: f.create_dataset(key, shape[:ndim], dtype=dtype) for key, ndim, dtype in (
                     ("X", 3, "f4"), ("y", 2, "f4"), ("num_features", 1, "i4"), ("num_datapoints", 1, "i4"),
                     ("single_eval_pos", 1, "i4"))}
-            for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law,
-                                  grouped_rows, tree_share):
+            for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law, mix):
                 with _disk_errors(path):
                     for key, dataset in datasets.items():
                         dataset[group.start:group.start + len(group.X)] = getattr(group, key)
@@ -465,7 +467,7 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 f.create_dataset("problem_type", data="classification", dtype=h5py.string_dtype())
                 f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
                                seed=seed, device_type=device.type, feature_law=feature_law,
-                               grouped_rows=grouped_rows, tree_share=tree_share)
+                               **mix._asdict())
         finally:
             with _disk_errors(path):
                 f.close()   # flushes: a full disk often shows here first
@@ -535,9 +537,11 @@ def main(argv=None):
     parser.add_argument("--grouped-rows", type=float, default=0.0, metavar="SHARE",
                         help="share of datasets whose rows are repeated measures of entities: causes shared within "
                              "groups of 2-8 rows, half with an id column (default 0)")
-    parser.add_argument("--tree-share", type=float, default=TREE_SHARE, metavar="SHARE",
+    parser.add_argument("--tree-share", type=float, default=PriorMix().tree_share, metavar="SHARE",
                         help=f"share of datasets drawn from sums of random trees, the rest from MLP SCMs "
-                             f"(default {TREE_SHARE})")
+                             f"(default {PriorMix().tree_share})")
+    parser.add_argument("--tree-depth", type=int, default=PriorMix().tree_depth, metavar="D",
+                        help=f"trees are 2..D levels deep, D in 2..10 (default {PriorMix().tree_depth})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -557,7 +561,7 @@ def main(argv=None):
     try:   # write_dump checks the sizes, the device and the output before it writes anything
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
-                           grouped_rows=args.grouped_rows, tree_share=args.tree_share, **shape)
+                           mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
     except MemoryError:

@@ -168,7 +168,7 @@ def _main(argv, capsys):
     ["--num-datasets", "-5"], ["--rows", "3"], ["--classes", "1"], ["--features", "0"],
     ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
     ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
-    ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"],
+    ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"], ["--tree-depth", "1"],
 ])
 def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
@@ -360,21 +360,25 @@ def test_grouped_rows_repeat_entities_whose_rows_share_labels():
     args = dict(num_datasets=128, rows=60, features=6, classes=3, seed=2, original_batch_size=8,
                 feature_law="block-log")
     plain = _label_agreement_on_repeated_values(_concat(prior_dump.generate(**args)))
-    grouped = _concat(prior_dump.generate(grouped_rows=1.0, **args))
+    grouped = _concat(prior_dump.generate(mix=prior_dump.PriorMix(grouped_rows=1.0), **args))
     count, agreement, chance = _label_agreement_on_repeated_values(grouped)
     assert count > 2 * plain[0]                          # id columns on top of the prior's ordinal ones
     assert agreement > chance + 0.15 and agreement > plain[1] + 0.08
     assert np.isfinite(grouped["X"]).all() and (np.abs(grouped["X"]) <= prior_dump.FEATURE_CLIP).all()
     for share in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="grouped_rows"):
-            list(prior_dump.generate(grouped_rows=share, **args))
+            list(prior_dump.generate(mix=prior_dump.PriorMix(grouped_rows=share), **args))
 
 
-def test_tree_share_sets_the_mix_of_scms():
-    """--tree-share 1 and 0 draw every table from trees or from MLPs: different data; out of range is refused."""
-    args = dict(num_datasets=32, rows=40, features=4, classes=2, seed=4, original_batch_size=8)
-    trees, mlps = (_concat(prior_dump.generate(tree_share=share, **args)) for share in (1.0, 0.0))
-    assert not np.array_equal(trees["X"], mlps["X"])
-    for share in (-0.5, 1.01):
-        with pytest.raises(ValueError, match="tree_share"):
-            list(prior_dump.generate(tree_share=share, **args))
+def test_tree_share_and_depth_set_the_mix_of_scms():
+    """--tree-share 1 and 0 draw every table from trees or from MLPs, --tree-depth 8 deeper trees than 4: different
+    data each; out of range is refused."""
+    args = dict(num_datasets=768, rows=40, features=4, classes=2, seed=4, original_batch_size=8)   # 3 chunks
+    Mix = prior_dump.PriorMix
+    trees, mlps, deep = (_concat(prior_dump.generate(mix=mix, **args))
+                         for mix in (Mix(tree_share=1.0), Mix(tree_share=0.0), Mix(tree_share=1.0, tree_depth=8)))
+    assert not np.array_equal(trees["X"], mlps["X"]) and not np.array_equal(trees["y"], deep["y"])
+    for mix, name in ((Mix(tree_share=-0.5), "tree_share"), (Mix(tree_share=1.01), "tree_share"),
+                      (Mix(tree_depth=1), "tree_depth"), (Mix(tree_depth=11), "tree_depth")):
+        with pytest.raises(ValueError, match=name):
+            list(prior_dump.generate(mix=mix, **args))
