@@ -3,7 +3,8 @@
     python prior_dump.py --preset nano --num-datasets 20000 --out data/nano_20k.h5
     python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
 
-Data depend only on (seed, shape, classes, original_batch_size, device type); N datasets are a prefix of M > N.
+Data depend only on (seed, shape, classes, original_batch_size, PriorMix, device type); N datasets are a
+prefix of M > N.
 """
 import collections
 import contextlib
@@ -534,9 +535,10 @@ def main(argv=None):
     parser.add_argument("--feature-law", choices=FEATURE_LAWS,
                         help="features per dataset: uniform in 1..F, or block-log: log-uniform, one count per aligned "
                              "block of --original-batch-size datasets (default: the preset's)")
-    parser.add_argument("--grouped-rows", type=float, default=0.0, metavar="SHARE",
+    parser.add_argument("--grouped-rows", type=float, default=PriorMix().grouped_rows, metavar="SHARE",
                         help="share of datasets whose rows are repeated measures of entities: causes shared within "
-                             "groups of 2-8 rows, half with an id column (default 0)")
+                             f"groups of 2-8 rows, half with a per-entity label, half with an id column "
+                             f"(default {PriorMix().grouped_rows})")
     parser.add_argument("--tree-share", type=float, default=PriorMix().tree_share, metavar="SHARE",
                         help=f"share of datasets drawn from sums of random trees, the rest from MLP SCMs "
                              f"(default {PriorMix().tree_share})")
