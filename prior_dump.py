@@ -338,6 +338,8 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     if not isinstance(mix.tree_depth, (int, np.integer)) or not 2 <= mix.tree_depth <= 10:
         raise ValueError(f"tree_depth must be an integer in 2..10, got {mix.tree_depth!r}")
+    if mix.tree_share == 0 and mix.tree_depth != PriorMix().tree_depth:
+        raise ValueError(f"tree_depth {mix.tree_depth} has no effect with tree_share 0 (no tables from trees)")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
                              ("features", features, 1), ("classes", classes, 2), ("seed", seed, 0),
                              ("original_batch_size", original_batch_size, 1),

@@ -379,6 +379,7 @@ def test_tree_share_and_depth_set_the_mix_of_scms():
                          for mix in (Mix(tree_share=1.0), Mix(tree_share=0.0), Mix(tree_share=1.0, tree_depth=8)))
     assert not np.array_equal(trees["X"], mlps["X"]) and not np.array_equal(trees["y"], deep["y"])
     for mix, name in ((Mix(tree_share=-0.5), "tree_share"), (Mix(tree_share=1.01), "tree_share"),
-                      (Mix(tree_depth=1), "tree_depth"), (Mix(tree_depth=11), "tree_depth")):
+                      (Mix(tree_depth=1), "tree_depth"), (Mix(tree_depth=11), "tree_depth"),
+                      (Mix(tree_share=0.0, tree_depth=8), "no effect")):
         with pytest.raises(ValueError, match=name):
             list(prior_dump.generate(mix=mix, **args))
