@@ -3,7 +3,9 @@
     python train_optimized.py --flash --gds-bin          # the headline command
     python train_optimized.py --fast                     # the fastest measured combination
 """
+import argparse
 import contextlib
+import copy
 import math
 import os
 import sys
@@ -22,7 +24,7 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 FAST_GRAPHS_MAX_ROWS = 1024
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
-# --recipe real-tables: the flags it fills when left at their defaults (docs/real-data.md, results/nvidia-h100/real-*).
+# --recipe real-tables: the flags it fills when not given (docs/real-data.md, results/nvidia-h100/real-*).
 # Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
 RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, batch_size=16, categorical_columns=0.2,
                                missing_cells=0.1)}
@@ -73,14 +75,22 @@ def build_parser():
     return parser
 
 
-def apply_recipe(args, parser, on_cuda: bool) -> list:
-    """--recipe: fills the flags left at their defaults, the time budget and the dump (made once). Returns notices."""
+def given_flags(parser, argv) -> set:
+    """The dests of the flags on the command line, a value equal to the default included (`--lr 4e-3`)."""
+    probe = copy.deepcopy(parser)
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(probe.parse_args(argv)))
+
+
+def apply_recipe(args, given: set, on_cuda: bool) -> list:
+    """--recipe: fills the flags not given (given_flags), the time budget and the dump (made once). Returns notices."""
     chosen = dict(RECIPES[args.recipe])
     if world_size() > 1:   # the global batch grows with the ranks: lr x sqrt(ranks), measured on 2 H100s (docs)
         chosen["lr"] *= math.sqrt(world_size())
     if not on_cuda:
         chosen["batch_size"] = RECIPE_CPU_BATCH
-    kept = [name for name in chosen if getattr(args, name) != parser.get_default(name)]
+    kept = [name for name in chosen if name in given]
     for name in chosen.keys() - kept:
         setattr(args, name, chosen[name])
     if args.steps is None and args.time_budget == 0:
@@ -134,21 +144,23 @@ def fa4_kernel_runs(hopper_only: bool = False) -> bool:
     return runs and (not hopper_only or torch.cuda.get_device_capability()[0] == 9)
 
 
-def apply_fast(args, max_rows: int, on_cuda: bool) -> list:
+def apply_fast(args, max_rows: int, on_cuda: bool, given: set = frozenset()) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice (args with the model size filled,
-    as main() fills it after --recipe). Returns notices."""
-    args.loader = "resident" if args.loader == "h5" else args.loader
+    as main() fills it after --recipe); a loader, amp or feature attention given on the command line is kept.
+    Returns notices."""
+    args.loader = "resident" if args.loader == "h5" and "loader" not in given else args.loader
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
-        return ["--fast on a CPU: --attention sdpa --loader resident --fused-optimizer --async-loss "
+        loader = "" if "loader" in given else " --loader resident"
+        return [f"--fast on a CPU: --attention sdpa{loader} --fused-optimizer --async-loss "
                 "--last-layer-target-only; left out --amp bf16 (slow on CPUs), --compile (minutes of compiling) and "
                 "--cuda-graphs (no CUDA)"]
     args.compile = True
-    args.amp = "bf16" if args.amp == "off" else args.amp
-    if args.feature_attention == "sdpa":
+    args.amp = "bf16" if args.amp == "off" and "amp" not in given else args.amp
+    if args.feature_attention == "sdpa" and "feature_attention" not in given:
         args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
     # Pick the kernel first: triton and FlashAttention-4 read the key count on the GPU, so they serve the padded
     # graphed step on every table length (fa4 wins on long tables, triton on short; docs/speed.md); flex (padded)
@@ -297,11 +309,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     on_cuda = cuda_requested(args.device)
     try:
-        notices = apply_recipe(args, parser, on_cuda) if args.recipe else []
+        given = given_flags(parser, argv)
+        notices = apply_recipe(args, given, on_cuda) if args.recipe else []
         fill_model_size(args)
         if args.fast:
             max_rows = int(open_dump(resolve_data(args.data), scan_values=False).num_datapoints.max())
-            notices += apply_fast(args, max_rows, on_cuda)
+            notices += apply_fast(args, max_rows, on_cuda, given)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
         args.fused_optimizer = args.fused_optimizer or args.cuda_graphs

@@ -481,7 +481,8 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
 
     def fast(argv, max_rows, on_cuda=True):
         args = parse(["--fast", *argv])
-        return args, train_optimized.apply_fast(args, max_rows=max_rows, on_cuda=on_cuda)
+        given = train_optimized.given_flags(train_optimized.build_parser(), ["--fast", *argv])
+        return args, train_optimized.apply_fast(args, max_rows=max_rows, on_cuda=on_cuda, given=given)
 
     long_tables, notices = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
@@ -489,6 +490,8 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
     short, notices = fast([], 150)
     assert short.cuda_graphs and short.attention == "triton" and not notices
+    kept, _ = fast(["--loader", "h5", "--amp", "off", "--feature-attention", "sdpa", "--attention", "triton"], 150)
+    assert (kept.loader, kept.amp, kept.feature_attention) == ("h5", "off", "sdpa")   # given, though defaults
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp, notices = fast([], 5000)
     assert ddp.cuda_graphs and ddp.attention == "triton" and not notices   # the graphed DDP step (1.95x, docs)
@@ -852,8 +855,9 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     made = []
     monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda **kw: made.append(kw) or dump)
     parser = train_optimized.build_parser()
-    args = parser.parse_args(["--recipe", "real-tables", "--lr", "1e-3"])
-    notices = train_optimized.apply_recipe(args, parser, on_cuda=True)
+    argv = ["--recipe", "real-tables", "--lr", "1e-3"]
+    args = parser.parse_args(argv)
+    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
     chosen = train_optimized.RECIPES["real-tables"]
     assert args.fast and args.model_preset == chosen["model_preset"] and args.lr == 1e-3     # explicit --lr wins
     assert args.categorical_columns == chosen["categorical_columns"] and args.missing_cells == chosen["missing_cells"]
@@ -862,15 +866,22 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     assert made == [dict(preset="real", num_datasets=train_optimized.RECIPE_DUMP_DATASETS["cuda"], device="cuda")]
     assert len(notices) == 1 and "--recipe real-tables" in notices[0] and "(yours kept: --lr 0.001)" in notices[0]
     assert "--lr 0.002" not in notices[0]                                                  # not the recipe's, unused
-    args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"])
-    train_optimized.apply_recipe(args, parser, on_cuda=False)
+    argv = ["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"]
+    args = parser.parse_args(argv)
+    train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
     assert args.batch_size == train_optimized.RECIPE_CPU_BATCH                            # a CPU: a smaller batch
-    args = parser.parse_args(["--recipe", "real-tables", "--steps", "5", "--data", "x.h5", "--batch-size", "2"])
-    notices = train_optimized.apply_recipe(args, parser, on_cuda=False)
+    argv = ["--recipe", "real-tables", "--steps", "5", "--data", "x.h5", "--batch-size", "2"]
+    args = parser.parse_args(argv)
+    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=False)
     assert args.batch_size == 2 and notices[0].endswith("(yours kept: --batch-size 2)")   # an explicit batch wins
     assert len(notices) == 1                                                               # no CPU batch notice
     monkeypatch.setenv("WORLD_SIZE", "2")                   # torchrun: lr x sqrt(2) for the doubled global batch
-    args = parser.parse_args(["--recipe", "real-tables", "--data", "x.h5"])
-    notices = train_optimized.apply_recipe(args, parser, on_cuda=True)
+    argv = ["--recipe", "real-tables", "--data", "x.h5"]
+    args = parser.parse_args(argv)
+    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
     assert args.lr == pytest.approx(chosen["lr"] * 2 ** 0.5) and f"--lr {args.lr:g}" in notices[0]
+    argv = ["--recipe", "real-tables", "--data", "x.h5", "--lr", "4e-3"]   # given, though it equals train's default
+    args = parser.parse_args(argv)
+    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
+    assert args.lr == 4e-3 and "(yours kept: --lr 0.004)" in notices[0]
