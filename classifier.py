@@ -30,6 +30,11 @@ Z_CLIP = 1e6                # standardised values are clipped here (the model cl
 # partners share its label ID_MIN_GAIN more often than chance (results/cpu-2core/inference-levers/id-columns).
 ID_MIN_LEVELS, ID_MAX_SHARE, ID_MIN_GAIN = 8, 0.9, 0.2
 ID_SMOOTHING = 1.0          # label frequencies are shrunk toward the training prior by this many rows
+# A composite key (an entity named by several columns: id within centre, sex, age): columns added one at a time while
+# (share of rows with a same-key partner) x (label gain) rises, at most KEY_MAX_COLUMNS; kept with 2 or more columns,
+# ID_MIN_LEVELS..ID_MAX_SHARE distinct keys, KEY_MIN_SHARE rows with a partner, a gain of KEY_MIN_GAIN
+# (results/cpu-2core/inference-levers/composite-keys).
+KEY_MAX_COLUMNS, KEY_MIN_SHARE, KEY_MIN_GAIN = 6, 0.2, 0.3
 
 
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
@@ -126,6 +131,20 @@ def _quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _shared_labels(group: np.ndarray, labels: np.ndarray, num_classes: int):
+    """(label counts (G, K), share of rows with a same-group partner, how much more often than chance a row's
+    partners share its label) of rows in groups 0..G-1."""
+    counts = np.zeros((group.max() + 1, num_classes))
+    np.add.at(counts, (group, labels), 1)
+    partners = counts[group].sum(1) - 1                                     # other rows of the row's group
+    paired = partners > 0
+    if not paired.any():
+        return counts, 0.0, 0.0
+    same = (counts[group, labels] - 1)[paired] / partners[paired]           # their share with the row's label
+    chance = np.square(np.bincount(labels, minlength=num_classes) / labels.size).sum()
+    return counts, paired.mean(), same.mean() - chance
+
+
 def _id_groups(column: np.ndarray, y: np.ndarray, num_classes: int):
     """(distinct values (G,), label counts (G, K)) of a training column (n,) that is id-like and whose repeated
     values share labels (the ID_* rule); None for any other column."""
@@ -136,15 +155,38 @@ def _id_groups(column: np.ndarray, y: np.ndarray, num_classes: int):
     distinct, group = np.unique(values, return_inverse=True)
     if not ID_MIN_LEVELS <= len(distinct) <= ID_MAX_SHARE * column.size:
         return None
-    counts = np.zeros((len(distinct), num_classes))
-    np.add.at(counts, (group, labels), 1)
-    partners = counts[group].sum(1) - 1                                     # other rows with the row's value
-    paired = partners > 0
-    if not paired.any():
-        return None
-    same = (counts[group, labels] - 1)[paired] / partners[paired]           # their share with the row's label
-    chance = np.square(np.bincount(labels, minlength=num_classes) / labels.size).sum()
-    return (distinct, counts) if same.mean() - chance >= ID_MIN_GAIN else None
+    counts, _, gain = _shared_labels(group, labels, num_classes)
+    return (distinct, counts) if gain >= ID_MIN_GAIN else None
+
+
+def _key_rows(X: np.ndarray) -> np.ndarray:
+    """X (n, s) as comparable float64 rows: a missing cell equal to a missing cell, -0.0 to 0.0."""
+    return np.where(np.isnan(X), np.inf, X).astype(np.float64) + 0.0
+
+
+def _row_groups(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows (G, s), group index (n,)) of X (n, s), by _key_rows."""
+    distinct, group = np.unique(_key_rows(X), axis=0, return_inverse=True)
+    return distinct, group.reshape(-1)
+
+
+def _find_key(X: np.ndarray, y: np.ndarray, num_classes: int) -> list | None:
+    """The columns of a composite key (the KEY_* rule) of training rows X (n, f), or None."""
+    def score(columns):
+        distinct, group = _row_groups(X[:, columns])
+        if not ID_MIN_LEVELS <= len(distinct) <= ID_MAX_SHARE * len(y):
+            return 0.0, 0.0, 0.0
+        _, share, gain = _shared_labels(group, y, num_classes)
+        return share * gain, share, gain
+
+    key, best = [], (0.0, 0.0, 0.0)
+    while len(key) < min(KEY_MAX_COLUMNS, X.shape[1]):
+        candidates = [(score(key + [j]), j) for j in range(X.shape[1]) if j not in key]
+        value, j = max(candidates, key=lambda c: (c[0][0], c[1]))   # the best share x gain (a tie: the last column)
+        if value[0] <= best[0] + 0.01:
+            break
+        key, best = key + [j], value
+    return key if len(key) >= 2 and best[1] >= KEY_MIN_SHARE and best[2] >= KEY_MIN_GAIN else None
 
 
 def _label_frequencies(column, values, counts, prior, own_labels=None) -> np.ndarray:
@@ -163,8 +205,9 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
 
     device None keeps the model's; missing "indicator" adds a 0/1 column per feature with missing training cells to
     the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets;
-    id_encoding adds to each id-like column whose repeated values share labels (ID_*) the leave-one-out label
-    frequencies of its value's training rows, as CatBoost's target statistics do for categories."""
+    id_encoding adds to each id-like column whose repeated values share labels (ID_*), and to one composite key of
+    several columns that names an entity (KEY_*), the leave-one-out label frequencies of its value's training rows,
+    as CatBoost's target statistics do for categories."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
@@ -220,6 +263,11 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         groups = [_id_groups(X[:, j], y, len(classes)) if self.id_encoding else None for j in range(X.shape[1])]
         self.id_columns_ = [j for j, g in enumerate(groups) if g is not None]
         self.id_groups_ = [groups[j] for j in self.id_columns_]
+        self.key_columns_ = (_find_key(X, y, len(classes)) if self.id_encoding else None) or []
+        if self.key_columns_:
+            distinct, group = _row_groups(X[:, self.key_columns_])
+            self.key_index_ = {row.tobytes(): i for i, row in enumerate(distinct)}
+            self.key_counts_ = _shared_labels(group, y, len(classes))[0]
         X = self._with_id_frequencies(X, own_labels=y)
         self._fit_columns(X)
         clean = self._clean(X)
@@ -234,10 +282,16 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def _with_id_frequencies(self, X: np.ndarray, own_labels=None) -> np.ndarray:
-        """X (n, f) with each id column's label frequencies appended: class 1's for two classes, else all K."""
+        """X (n, f) with the label frequencies of each id column and of the composite key appended: class 1's for
+        two classes, else all K."""
         prior = np.bincount(self.y_train_, minlength=len(self.classes_)) / len(self.y_train_)
         added = [_label_frequencies(X[:, j], *groups, prior, own_labels)
                  for j, groups in zip(self.id_columns_, self.id_groups_)]
+        if self.key_columns_:   # the key as one column: its training group, NaN for a key never seen in training
+            group = np.array([self.key_index_.get(row.tobytes(), np.nan) for row in _key_rows(X[:, self.key_columns_])],
+                             dtype=np.float64)
+            added.append(_label_frequencies(group, np.arange(len(self.key_counts_), dtype=np.float64),
+                                            self.key_counts_, prior, own_labels))
         return np.concatenate([X] + [a[:, 1:] if a.shape[1] == 2 else a for a in added], axis=1)
 
     def _fit_columns(self, X: np.ndarray):

@@ -219,6 +219,33 @@ def test_id_columns_get_leave_one_out_label_frequencies():
                    match="id_encoding")
 
 
+def test_a_composite_key_gets_leave_one_out_label_frequencies():
+    """A subject is named by two columns (a local id that repeats across 3 sites, and the site); the label is the
+    subject's, a visit column varies within the subject. Neither column alone is an id (KEY_*, ID_*)."""
+    rng = np.random.default_rng(3)
+    site, local = np.repeat(np.arange(3), 10), np.tile(np.arange(1, 11), 3)           # 30 subjects
+    label = rng.permutation(np.arange(30) % 2)
+    rows = np.repeat(np.arange(30), 4)                                                # 4 visits each
+    X = np.column_stack([local[rows], site[rows], np.tile(np.arange(4), 30), rng.standard_normal(120)]).astype(float)
+    y = label[rows]
+    order = rng.permutation(120)
+    X, y = X[order], y[order]
+    clf = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X[:100], y[:100])
+    assert clf.id_columns_ == [] and sorted(clf.key_columns_) == [0, 1] and clf.X_train_.shape[1] == 5
+    prior = np.bincount(y[:100]) / 100
+    added = clf._with_id_frequencies(X[:100], own_labels=y[:100])
+    for i in range(5):                                                   # the subject's other rows, own label out
+        partners = (X[:100, 0] == X[i, 0]) & (X[:100, 1] == X[i, 1]) & (np.arange(100) != i)
+        expected = (y[:100][partners].sum() + C.ID_SMOOTHING * prior[1]) / (partners.sum() + C.ID_SMOOTHING)
+        assert added[i, 4] == pytest.approx(expected)
+    unseen = clf._with_id_frequencies(np.array([[99.0, 0, 0, 0], [1.0, np.nan, 0, 0]]))
+    assert unseen[:, 4] == pytest.approx([prior[1], prior[1]])         # a key no training row has: the prior
+    assert np.isfinite(clf.predict_proba(X[100:])).all()
+    assert NanoTabPFNClassifier(clf.model, id_encoding=False).fit(X[:100], y[:100]).key_columns_ == []
+    shuffled = NanoTabPFNClassifier(clf.model).fit(X[:100], rng.permutation(y[:100]))
+    assert shuffled.key_columns_ == []                                   # keys whose labels differ: left alone
+
+
 def test_wide_tables_use_feature_subsets():
     model = make_model(14, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(features=30, seed=6)
