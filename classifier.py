@@ -1,8 +1,8 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
 Missing values, constant/duplicate columns, id-like columns and composite keys, long and wide tables and any sortable
-labels are handled from the training rows; ensemble member k quantile-normalises for k odd and shifts the class indices by k // 2 mod K
-(the view changes first, so a multiclass table's first members see both views)."""
+labels are handled from the training rows; ensemble member k quantile-normalises for k odd and shifts the class
+indices by k // 2 mod K (the view changes first, so a multiclass table's first members see both views)."""
 import contextlib
 import math
 import re
