@@ -12,6 +12,8 @@
 #   real-30min) with --warmup-steps 500 (small at 4e-3 stalled without it, real-choice), seeds 0 and 1, 300 s each,
 #   scored on GPU 2; then `torchrun ... train_optimized.py --fast` on the blog's shape for 150 steps once flash-attn-4
 #   imports: the start block must say fa4 and the graphed DDP step.
+# Scores use the classifier with composite keys (aae0212): compare with composite-keys' records (0.7594 for seeds
+# 0-3), not with real-30min's, which were scored before them.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site
 W=/tmp/w; CK=/tmp/ck; D=/tmp/d; FA4=/tmp/fa4w
