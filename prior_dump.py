@@ -492,11 +492,12 @@ def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int | Non
     num_datasets = num_datasets or DEFAULT_DUMP_DATASETS
     path = path or default_dump_path(preset, num_datasets, device)
     shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
-    try:   # a cheap structural check (keys, shapes, prior version), without scanning the values
+    try:   # a cheap structural check (keys, shapes, prior version, the default mix), without scanning the values
         with h5py.File(path, "r") as f:
             valid = (f["X"].shape == shape and f["y"].shape == shape[:2]
                      and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
-                     and f.attrs.get("prior_version") == FORMAT_VERSION)
+                     and f.attrs.get("prior_version") == FORMAT_VERSION
+                     and all(f.attrs.get(key, value) == value for key, value in PriorMix()._asdict().items()))
     except (OSError, KeyError, ValueError):
         valid = False
     if valid:

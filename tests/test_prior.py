@@ -208,19 +208,24 @@ def test_cli_writes_and_check_validates(tmp_path, capsys):
 def test_default_dump_generated_once_then_reused(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(prior_dump, "DEFAULT_DUMP_DATASETS", 64)
     path = tmp_path / "data" / "default.h5"
+    made, used = "prior: no --data given, generated ", "prior: no --data given, using "   # tmp_path names "generated"
     assert prior_dump.ensure_default_dump(str(path)) == str(path)
     first = capsys.readouterr().out
-    assert len(first.strip().splitlines()) == 1 and "generated" in first
+    assert len(first.strip().splitlines()) == 1 and first.startswith(made)
     mtime = path.stat().st_mtime_ns
     prior_dump.ensure_default_dump(str(path))
     second = capsys.readouterr().out
-    assert len(second.strip().splitlines()) == 1 and "using" in second
+    assert len(second.strip().splitlines()) == 1 and second.startswith(used)
     assert path.stat().st_mtime_ns == mtime
     path.write_bytes(b"truncated")                                       # an invalid file: rebuilt
     prior_dump.ensure_default_dump(str(path))
-    assert "generated" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith(made)
     with h5py.File(path, "r") as f:
         assert f["X"].shape == (64, 150, 5)
+    with h5py.File(path, "r+") as f:
+        f.attrs["grouped_rows"] = 0.3                                   # another prior's mix at the default path
+    prior_dump.ensure_default_dump(str(path))
+    assert capsys.readouterr().out.startswith(made)
     assert prior_dump.default_dump_path().endswith(".h5")
 
 
