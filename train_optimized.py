@@ -146,8 +146,8 @@ def fa4_kernel_runs(hopper_only: bool = False) -> bool:
 
 def apply_fast(args, max_rows: int, on_cuda: bool, given: set = frozenset()) -> list:
     """--fast: fills flags left at their defaults with the measured-fastest choice (args with the model size filled,
-    as main() fills it after --recipe); a loader, amp or feature attention given on the command line is kept.
-    Returns notices."""
+    as main() fills it after --recipe); a loader, amp or feature attention given on the command line is kept, and a
+    named kernel (not mha or sdpa, which leave the pick to it). Returns notices."""
     args.loader = "resident" if args.loader == "h5" and "loader" not in given else args.loader
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
