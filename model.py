@@ -147,12 +147,15 @@ def in_projection(attention: nn.MultiheadAttention, x: torch.Tensor):
 
 
 def matmul_attention(q, k, v, key_mask=None):
-    """Batched small matmuls, softmax in >= fp32: q (N, H, Lq, D), k, v (N, H, Lk, D), key_mask (Lk,) bool."""
-    scores = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)           # (N, H, Lq, Lk)
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
-    if key_mask is not None:
-        scores = scores.masked_fill(~key_mask, float("-inf"))
-    return scores.softmax(dim=-1).to(v.dtype) @ v                         # (N, H, Lq, D)
+    """Batched small matmuls in >= fp32, as broadcast_attention computes: q (N, H, Lq, D), k, v (N, H, Lk, D),
+    key_mask (Lk,) bool."""
+    compute = torch.promote_types(q.dtype, torch.float32)
+    # Autocast off: it would run the matmuls in bf16 (scores in bf16 let the recipe's loss reach NaN at step 341).
+    with torch.autocast(q.device.type, enabled=False):
+        scores = (q.to(compute) @ k.to(compute).transpose(-2, -1)) * (q.shape[-1] ** -0.5)   # (N, H, Lq, Lk)
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask, float("-inf"))
+        return (scores.softmax(dim=-1) @ v.to(compute)).to(v.dtype)                       # (N, H, Lq, D)
 
 
 def broadcast_attention(q, k, v, key_mask=None):

@@ -229,6 +229,20 @@ def test_feature_attention_forms_agree_with_sdpa(size, dtype, form):
     assert_same(*loss_and_grads(a, x, y, split), *loss_and_grads(b, x, y, split), dtype)
 
 
+def test_matmul_feature_attention_scores_in_fp32_under_bf16_autocast():
+    """Under --amp bf16 the matmul form computes as the broadcast form does, in fp32 (bf16 scores let the recipe's
+    loss reach NaN at step 341, results/nvidia-h100/column-count); large logits make bf16 scores differ."""
+    from model import broadcast_attention, matmul_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 2, 33, 32).bfloat16() * 4 for _ in range(3))   # (N, H, C, D): scores ~ 100s
+    keys = torch.arange(33) != 7                                             # (C,) one padded column
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = matmul_attention(q, k, v, keys)                                # (N, H, C, D)
+        wide = broadcast_attention(*(t.permute(2, 0, 1, 3).unsqueeze(0) for t in (q, k, v)), keys)  # (1, C, N, H, D)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, wide.squeeze(0).permute(1, 2, 0, 3), atol=0, rtol=0.01)
+
+
 @pytest.mark.parametrize("path", [dict(attention="mha"), dict(attention="sdpa"),
                                   dict(attention="sdpa", feature_attention="matmul")])
 def test_checkpointing_changes_nothing(path):
