@@ -22,6 +22,9 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 # --fast, measured on an H100/H200 by benchmark.py (results/, docs/speed.md). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
+# Feature attention by table width (columns = features + target): broadcast sums win at the blog's 6 columns
+# (docs/speed.md), batched matmuls at 33 by 3.2x (results/nvidia-h100/column-count); 8-32 columns not measured.
+FAST_BROADCAST_MAX_COLUMNS = 8
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when not given (docs/real-data.md, results/nvidia-h100/real-*).
@@ -144,10 +147,10 @@ def fa4_kernel_runs(hopper_only: bool = False) -> bool:
     return runs and (not hopper_only or torch.cuda.get_device_capability()[0] == 9)
 
 
-def apply_fast(args, max_rows: int, on_cuda: bool, given: set = frozenset()) -> list:
-    """--fast: fills flags left at their defaults with the measured-fastest choice (args with the model size filled,
-    as main() fills it after --recipe); a loader, amp or feature attention given on the command line is kept, and a
-    named kernel (not mha or sdpa, which leave the pick to it). Returns notices."""
+def apply_fast(args, max_rows: int, max_features: int, on_cuda: bool, given: set = frozenset()) -> list:
+    """--fast: fills flags left at their defaults with the measured-fastest choice for the dump's largest table
+    (args with the model size filled, as main() fills it after --recipe); a loader, amp or feature attention given on
+    the command line is kept, and a named kernel (not mha or sdpa, which leave the pick to it). Returns notices."""
     args.loader = "resident" if args.loader == "h5" and "loader" not in given else args.loader
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
@@ -161,7 +164,8 @@ def apply_fast(args, max_rows: int, on_cuda: bool, given: set = frozenset()) -> 
     args.compile = True
     args.amp = "bf16" if args.amp == "off" and "amp" not in given else args.amp
     if args.feature_attention == "sdpa" and "feature_attention" not in given:
-        args.feature_attention = "broadcast"   # fused by compile into a few memory-bound kernels
+        wide = max_features + 1 > FAST_BROADCAST_MAX_COLUMNS   # + 1: the target column
+        args.feature_attention = "matmul" if wide else "broadcast"
     # Pick the kernel first: triton and FlashAttention-4 read the key count on the GPU, so they serve the padded
     # graphed step on every table length (fa4 wins on long tables, triton on short; docs/speed.md); flex (padded)
     # and FlashAttention-2 (sliced) are the choices without them.
@@ -313,8 +317,8 @@ def main(argv=None):
         notices = apply_recipe(args, given, on_cuda) if args.recipe else []
         fill_model_size(args)
         if args.fast:
-            max_rows = int(open_dump(resolve_data(args.data), scan_values=False).num_datapoints.max())
-            notices += apply_fast(args, max_rows, on_cuda, given)
+            info = open_dump(resolve_data(args.data), scan_values=False)
+            notices += apply_fast(args, int(info.num_datapoints.max()), int(info.num_features.max()), on_cuda, given)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
         args.fused_optimizer = args.fused_optimizer or args.cuda_graphs

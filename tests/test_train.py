@@ -480,10 +480,11 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     monkeypatch.setattr(train_optimized, "fa4_kernel_runs", lambda hopper_only=False: False)
     parse = lambda argv: fill_model_size(train_optimized.build_parser().parse_args(argv))   # as main() does
 
-    def fast(argv, max_rows, on_cuda=True):
+    def fast(argv, max_rows, on_cuda=True, max_features=5):
         args = parse(["--fast", *argv])
         given = train_optimized.given_flags(train_optimized.build_parser(), ["--fast", *argv])
-        return args, train_optimized.apply_fast(args, max_rows=max_rows, on_cuda=on_cuda, given=given)
+        return args, train_optimized.apply_fast(args, max_rows=max_rows, max_features=max_features,
+                                                on_cuda=on_cuda, given=given)
 
     long_tables, notices = fast([], 5000)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
@@ -493,6 +494,9 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert short.cuda_graphs and short.attention == "triton" and not notices
     kept, _ = fast(["--loader", "h5", "--amp", "off", "--feature-attention", "sdpa", "--attention", "triton"], 150)
     assert (kept.loader, kept.amp, kept.feature_attention) == ("h5", "off", "sdpa")   # given, though defaults
+    assert fast([], 512, max_features=7)[0].feature_attention == "broadcast"   # 8 columns with the target
+    assert fast([], 512, max_features=8)[0].feature_attention == "matmul"      # 9: batched matmuls
+    assert fast(["--feature-attention", "broadcast"], 512, max_features=32)[0].feature_attention == "broadcast"
     monkeypatch.setenv("WORLD_SIZE", "2")
     ddp, notices = fast([], 5000)
     assert ddp.cuda_graphs and ddp.attention == "triton" and not notices   # the graphed DDP step (1.95x, docs)
@@ -551,14 +555,14 @@ def test_fast_probes_that_kernels_import_and_falls_back_in_one_line(monkeypatch)
         return types.ModuleType(name)
     monkeypatch.setattr(importlib, "import_module", fake_import)
     args = fill_model_size(train_optimized.build_parser().parse_args(["--fast"]))
-    notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
+    notices = train_optimized.apply_fast(args, max_rows=5000, max_features=5, on_cuda=True)
     assert args.attention == "triton" and args.cuda_graphs                     # fa4 -> triton
     assert len(notices) == 1 and "flash_attn.cute.interface is installed but does not import" in notices[0]
     assert "cutlass.cute" in notices[0] and "\n" not in notices[0]
     broken.add("triton.language")
     train_optimized.KERNEL_IMPORT_ERRORS.clear()
     args = fill_model_size(train_optimized.build_parser().parse_args(["--fast"]))
-    notices = train_optimized.apply_fast(args, max_rows=5000, on_cuda=True)
+    notices = train_optimized.apply_fast(args, max_rows=5000, max_features=5, on_cuda=True)
     assert args.attention == "flash" and not args.cuda_graphs                  # triton -> FlashAttention-2
     assert sum("does not import" in n for n in notices) == 2 and "FlashAttention-2 instead" in notices[-1]
 
