@@ -881,11 +881,12 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=False)
     assert args.batch_size == 2 and notices[0].endswith("(yours kept: --batch-size 2)")   # an explicit batch wins
     assert len(notices) == 1                                                               # no CPU batch notice
-    monkeypatch.setenv("WORLD_SIZE", "2")                   # torchrun: lr x sqrt(2) for the doubled global batch
+    monkeypatch.setenv("WORLD_SIZE", "2")                   # torchrun: lr x 2 for the doubled global batch, warmed up
     argv = ["--recipe", "real-tables", "--data", "x.h5"]
     args = parser.parse_args(argv)
     notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
-    assert args.lr == pytest.approx(chosen["lr"] * 2 ** 0.5) and f"--lr {args.lr:g}" in notices[0]
+    assert args.lr == pytest.approx(chosen["lr"] * 2) and f"--lr {args.lr:g}" in notices[0]
+    assert args.warmup_steps == train_optimized.RECIPE_DDP_WARMUP_STEPS and "--warmup-steps 500" in notices[0]
     argv = ["--recipe", "real-tables", "--data", "x.h5", "--lr", "4e-3"]   # given, though it equals train's default
     args = parser.parse_args(argv)
     notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
