@@ -24,6 +24,8 @@ FAST_GRAPHS_MAX_ROWS = 1024
 # Feature attention by table width (columns = features + target): broadcast sums win at the blog's 6 columns
 # (docs/speed.md), batched matmuls at 33 by 3.2x (results/nvidia-h100/column-count); 8-32 columns not measured.
 FAST_BROADCAST_MAX_COLUMNS = 8
+FEATURE_FORMS = {"broadcast": "(fp32 sums fused by compile: --fast's pick up to 8 columns with the target)",
+                 "matmul": "(fp32 batched matmuls: --fast's pick past 8 columns)"}
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when not given (docs/real-data.md, results/nvidia-h100/real-*).
@@ -300,7 +302,8 @@ def optimizations_block(session, args) -> list:
              f"active: layer {m.num_layers} computes the target column only ("
              + ("its test rows" if not c.cuda_graphs else "every row: the padded step"
                 + ("; triton attends from its test rows only" if m.attention == "triton" else "")) + ")"),
-            ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention}")):
+            ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention} "
+             + FEATURE_FORMS.get(m.feature_attention, ""))):
         if on:
             lines.append(f"  {flag:<22s} {state}")
     if c.compile:
