@@ -22,10 +22,11 @@ from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as 
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
 FAST_GRAPHS_MAX_ROWS = 1024
 # Feature attention by table width (columns = features + target): broadcast sums win at the blog's 6 columns
-# (docs/speed.md), batched matmuls at 33 by 3.2x (results/nvidia-h100/column-count); 8-32 columns not measured.
+# (docs/speed.md), batched matmuls at 33 by 3.2x (results/nvidia-h100/column-count); 7-32 columns not measured.
 FAST_BROADCAST_MAX_COLUMNS = 8
-FEATURE_FORMS = {"broadcast": "(fp32 sums fused by compile: --fast's pick up to 8 columns with the target)",
-                 "matmul": "(fp32 batched matmuls: --fast's pick past 8 columns)"}
+FEATURE_FORMS = {"broadcast": f"(fp32 sums fused by compile: --fast's pick up to {FAST_BROADCAST_MAX_COLUMNS} columns "
+                              "with the target)",
+                 "matmul": f"(fp32 batched matmuls: --fast's pick past {FAST_BROADCAST_MAX_COLUMNS} columns)"}
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
 # --recipe real-tables: the flags it fills when not given (docs/real-data.md, results/nvidia-h100/real-*).
