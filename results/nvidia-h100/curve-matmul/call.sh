@@ -41,11 +41,9 @@ driver() {
   run 3 medium-s1 1 --model-preset medium --lr 1e-3 --warmup-steps 500 &
   wait; echo "driver done at $(elapsed)s" >> $W/train.txt; touch $W/DONE
 }
-pack() {  # name globs...: the files of $W that the quoted globs match, as 15 MB parts of one tar under $OUT
+pack() {  # name globs...: the files of $W that the quoted globs match, as 15 MiB parts of one tar under $OUT
   local name=$1; shift
-  tar cf $W/.pack.tar -C $W $(cd $W && ls -d $* 2>/dev/null)
-  [ $? -le 1 ] || return 1    # tar's 1: a log changed while read
-  split -b 15M $W/.pack.tar $OUT/$name.tar.part- && rm $W/.pack.tar
+  (cd $W && tar cf - $(ls -d $* 2>/dev/null)) | split -b 15M - $OUT/$name.tar.part-
 }
 report() { cat $W/train.txt 2>/dev/null; tail -qn 1 $W/*-s?.log 2>/dev/null; }
 
