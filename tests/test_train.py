@@ -856,38 +856,41 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     """--recipe real-tables: its flags where the user left defaults, a time budget unless --steps, its dump unless
     --data (made once by prior_dump.ensure_default_dump on the real preset)."""
     import prior_dump
+    import recipes
     import train_optimized
     made = []
     monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda **kw: made.append(kw) or dump)
     parser = train_optimized.build_parser()
-    argv = ["--recipe", "real-tables", "--lr", "1e-3"]
-    args = parser.parse_args(argv)
-    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
-    chosen = train_optimized.RECIPES["real-tables"]
-    assert args.fast and args.model_preset == chosen["model_preset"] and args.lr == 1e-3     # explicit --lr wins
+
+    def recipe(argv, on_cuda=True):
+        args = parser.parse_args(["--recipe", "real-tables", *argv])
+        return args, train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=on_cuda)
+    args, notices = recipe(["--lr", "1e-3", "--time-budget", "300"])
+    chosen = recipes.RECIPES["real-tables"]
+    assert args.fast and args.model_preset == "small" and args.lr == 1e-3                  # explicit --lr wins
     assert args.categorical_columns == chosen["categorical_columns"] and args.missing_cells == chosen["missing_cells"]
-    assert args.time_budget == train_optimized.RECIPE_BUDGET_S and args.data == dump
+    assert args.time_budget == 300 and args.data == dump and args.warmup_steps == 0
     assert args.batch_size == chosen["batch_size"] == 16                                  # 16 tables of 512 rows
-    assert made == [dict(preset="real", num_datasets=train_optimized.RECIPE_DUMP_DATASETS["cuda"], device="cuda")]
+    assert made == [dict(preset="real", num_datasets=recipes.DUMP_DATASETS["cuda"], device="cuda")]
     assert len(notices) == 1 and "--recipe real-tables" in notices[0] and "(yours kept: --lr 0.001)" in notices[0]
     assert "--lr 0.002" not in notices[0]                                                  # not the recipe's, unused
-    argv = ["--recipe", "real-tables", "--steps", "5", "--data", "x.h5"]
-    args = parser.parse_args(argv)
-    train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=False)
+    args, notices = recipe(["--data", "x.h5"])          # the default budget, 10 minutes on one GPU: medium
+    assert args.time_budget == recipes.BUDGET_S >= recipes.LONG_FROM_S
+    assert (args.model_preset, args.lr, args.warmup_steps) == ("medium", 1e-3, 500)
+    assert "--model-preset medium --lr 0.001 --warmup-steps 500" in notices[0]
+    args, notices = recipe(["--data", "x.h5", "--model-preset", "small"])   # a given preset: its own lr
+    assert (args.model_preset, args.lr, args.warmup_steps) == ("small", 2e-3, 0)
+    assert "(yours kept: --model-preset small)" in notices[0]
+    args, _ = recipe(["--steps", "5", "--data", "x.h5"], on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
-    assert args.batch_size == train_optimized.RECIPE_CPU_BATCH                            # a CPU: a smaller batch
-    argv = ["--recipe", "real-tables", "--steps", "5", "--data", "x.h5", "--batch-size", "2"]
-    args = parser.parse_args(argv)
-    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=False)
+    assert args.batch_size == recipes.CPU_BATCH and args.model_preset == "small"         # a CPU: a smaller batch
+    args, notices = recipe(["--steps", "5", "--data", "x.h5", "--batch-size", "2"], on_cuda=False)
     assert args.batch_size == 2 and notices[0].endswith("(yours kept: --batch-size 2)")   # an explicit batch wins
     assert len(notices) == 1                                                               # no CPU batch notice
-    monkeypatch.setenv("WORLD_SIZE", "2")                   # torchrun: lr x 2 for the doubled global batch, warmed up
-    argv = ["--recipe", "real-tables", "--data", "x.h5"]
-    args = parser.parse_args(argv)
-    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
-    assert args.lr == pytest.approx(chosen["lr"] * 2) and f"--lr {args.lr:g}" in notices[0]
-    assert args.warmup_steps == train_optimized.RECIPE_DDP_WARMUP_STEPS and "--warmup-steps 500" in notices[0]
-    argv = ["--recipe", "real-tables", "--data", "x.h5", "--lr", "4e-3"]   # given, though it equals train's default
-    args = parser.parse_args(argv)
-    notices = train_optimized.apply_recipe(args, train_optimized.given_flags(parser, argv), on_cuda=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")          # torchrun: small, lr x 2 for the doubled global batch, warmed up
+    args, notices = recipe(["--data", "x.h5"])
+    assert args.model_preset == "small" and args.lr == pytest.approx(2 * recipes.MODELS["small"]["lr"])
+    assert f"--lr {args.lr:g}" in notices[0]
+    assert args.warmup_steps == recipes.DDP_WARMUP_STEPS and "--warmup-steps 500" in notices[0]
+    args, notices = recipe(["--data", "x.h5", "--lr", "4e-3"])   # given, though it equals train's default
     assert args.lr == 4e-3 and "(yours kept: --lr 0.004)" in notices[0]

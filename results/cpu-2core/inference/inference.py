@@ -11,7 +11,10 @@ def timed(model, n):
         t = time.perf_counter(); clf.fit(X[:500], y[:500]); clf.predict_proba(X[500:]); times.append(time.perf_counter() - t)
     return np.median(times[1:]) * 1000, min(times[1:]) * 1000, max(times[1:]) * 1000
 print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; 500 train + 1000 test rows x 20 features; median (min-max) of 5 after 1 warm-up")
-for name, model in (("recipe small (10-min checkpoint, seed 0)", model_from_checkpoint(sys.argv[1])),
-                    ("large preset (random weights)", NanoTabPFNModel(ModelConfig(**MODEL_PRESETS["large"], num_outputs=10)))):
+trained = model_from_checkpoint(sys.argv[1])
+label = f"{sys.argv[1]} ({trained.config.num_layers} layers, E {trained.config.embedding_size})"
+models = [(label, trained)] + ([("large preset (random weights)", NanoTabPFNModel(ModelConfig(**MODEL_PRESETS["large"], num_outputs=10)))]
+                               if "--large" in sys.argv else [])
+for name, model in models:
     for n in (1, 4):
         print(f"{name}, {n} member(s): %.0f ms (%.0f-%.0f)" % timed(model, n), flush=True)
