@@ -13,8 +13,9 @@ from classifier import NanoTabPFNClassifier, model_from_checkpoint
 settings = dict(a.split("=", 1) for a in sys.argv[1:sys.argv.index("--")])
 models = [model_from_checkpoint(c) for c in sys.argv[sys.argv.index("--") + 1:]]
 for scope in ("suite", "heldout"):
-    tasks = [t for t in (real_data.load_suite() if scope == "suite" else real_data.load_heldout()) if t.X.shape[1] > 28]
-    baselines = evaluation.baseline_scores(tasks, evaluation.BASELINES_PATHS[scope], compute=False)
+    every = real_data.load_suite() if scope == "suite" else real_data.load_heldout()
+    baselines = evaluation.baseline_scores(every, evaluation.BASELINES_PATHS[scope], compute=False)
+    tasks = [t for t in every if t.X.shape[1] > 28]
     print(f"{scope}: {', '.join(f'{t.name} ({t.X.shape[1]})' for t in tasks)}; catboost "
           + " ".join(f"{baselines['catboost']['per_task'][t.name]:.4f}" for t in tasks), flush=True)
     for name, spec in settings.items():
