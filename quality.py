@@ -299,7 +299,8 @@ def parse_args(argv=None):
     curve.add_argument("records", nargs="+", help="score records written by `score --minutes M --seed S`")
     run = commands.add_parser("run", help="train --recipe real-tables per seed (a run per model it picks), score each "
                                           "kept model, the curve")
-    run.add_argument("--minutes", default="1,3,10,30", help="training minutes of the points (each model's longest is trained)")
+    run.add_argument("--minutes", default="1,3,10,30",
+                     help="training minutes of the points (each model's longest is trained)")
     run.add_argument("--seeds", default="0,1", help="training seeds, comma-separated")
     run.add_argument("--gpus", type=int, default=1, help="seeds train in parallel, one per GPU")
     run.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")

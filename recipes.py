@@ -16,7 +16,8 @@ MODELS = {"small": dict(model_preset="small", lr=2e-3),
 # (0.7619 against 0.7605); at 1 minute small leads (0.7553 against 0.7492), at 3 they are level
 # (results/nvidia-h100/curve-matmul).
 LONG_FROM_S = 600.0
-# Under torchrun: lr x ranks with this warm-up; on two H100s 5 minutes matched one H100's 10 (results/nvidia-h100/seeds-dp)
+# Under torchrun: small at lr x ranks with this warm-up; on two H100s 5 minutes matched one H100's 10
+# (results/nvidia-h100/seeds-dp, curve-matmul)
 DDP_WARMUP_STEPS = 500
 
 

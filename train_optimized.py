@@ -105,8 +105,8 @@ def apply_recipe(args, given: set, on_cuda: bool) -> list:
     line += f" on {args.data}, {args.time_budget:.0f} s of training" if args.time_budget else ""
     if on_cuda or "batch_size" in kept:
         return [line]
-    return [line, f"--recipe {args.recipe} on a CPU: --batch-size {recipes.CPU_BATCH} (16 tables of 512 rows took 11 GB "
-                  f"and 28 s a step on 2 cores): the recipe is meant for a GPU"]
+    return [line, f"--recipe {args.recipe} on a CPU: --batch-size {recipes.CPU_BATCH} (16 tables of 512 rows took "
+                  f"11 GB and 28 s a step on 2 cores): the recipe is meant for a GPU"]
 
 
 # Kernel modules whose import failed here: {module: "ErrorType: first line"} (found is not enough: a half-installed
