@@ -23,6 +23,16 @@ def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int 
     return batch._replace(x=torch.where(missing, mean, x))
 
 
+def _equal_count_levels(x, draw):
+    """Each column's K equal-count levels of its values (K log-uniform in 2..R/2): (level (B, R, F), K (B, 1, F))."""
+    num_tables, rows, features = x.shape
+    max_levels = max(2, rows // 2)
+    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
+    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
+    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
+    return (below * levels / rows).long(), levels                                             # (B, R, F) in [0, K)
+
+
 def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
     """Real tables' ordinal-coded categories, whose code order says nothing: each non-constant column becomes, with
     probability share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in a random
@@ -31,16 +41,25 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     num_tables, rows, features = x.shape
     draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
     chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+    level, levels = _equal_count_levels(x, draw)
     max_levels = max(2, rows // 2)
-    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
-    by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
-    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
-    level = (below * levels / rows).long()                                                    # (B, R, F) in [0, K)
     # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
     key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
     code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
     return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
+def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 0):
+    """Real tables' counts, scores and rounded measurements: each non-constant column becomes, with probability
+    share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in value order. Real
+    columns are mostly such (results/cpu-2core/prior-fit). A new x (B, R, F); the loader's is kept."""
+    x = batch.x
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 2), device=x.device)
+    chosen = (draw(x.shape[0], 1, x.shape[2]) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+    level, _ = _equal_count_levels(x, draw)
+    return batch._replace(x=torch.where(chosen, level.to(x.dtype), x))
+
+
 # The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
-PRIOR_TRANSFORMS = (("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+PRIOR_TRANSFORMS = (("ordinal_columns", make_ordinal_columns), ("categorical_columns", make_categorical_columns),
+                    ("missing_cells", fill_missing_cells))

@@ -80,6 +80,8 @@ class TrainConfig:
                                       "train mean (0: off)", type=share_flag)
     categorical_columns: float = _flag(0.0, "this share of the prior's columns become category codes in a random "
                                             "order (0: off)", type=share_flag)
+    ordinal_columns: float = _flag(0.0, "this share of the prior's columns become equal-count levels numbered in "
+                                        "value order, as counts and scores are (0: off)", type=share_flag)
     time_budget: float = _flag(0.0, "seconds of training instead of --steps (compiling, evals, saves not counted)",
                                type=nonnegative_float)
     eval_every: str = _flag("0", "evaluate every N steps or Ns seconds of training, clock paused (0: only at the "

@@ -694,6 +694,24 @@ def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
     assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out.x)
 
 
+def test_ordinal_columns_are_equal_count_levels_in_value_order():
+    from loaders import Batch
+    from prior_transforms import make_ordinal_columns
+    x = torch.randn(64, 40, 3, generator=torch.Generator().manual_seed(0))
+    x[:, :, 2] = 0.0                                   # a padded feature: never touched
+    batch = Batch(x.clone(), torch.zeros(64, 40), 16, False)
+    out = make_ordinal_columns(batch, 0.5, seed=1, step=0)
+    assert torch.equal(batch.x, x) and out.split == 16 and out.y is batch.y
+    changed = (out.x != x).any(1)                                            # (B, F)
+    assert not changed[:, 2].any() and 0.3 < changed[:, :2].float().mean() < 0.7
+    for b, f in torch.nonzero(changed).tolist():
+        codes = out.x[b, x[b, :, f].argsort(), f]                            # in the values' order
+        counts = torch.bincount(codes.long())
+        assert torch.all(codes[1:] >= codes[:-1]) and codes.min() == 0 and 2 <= len(counts) <= 20
+        assert counts.min() > 0 and counts.max() - counts.min() <= 1         # K levels of R/K rows each
+    assert torch.equal(make_ordinal_columns(batch, 0.5, seed=1, step=0).x, out.x)
+
+
 def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path, capsys):
     common = ["--data", dump, "--steps", "4", "--batch-size", "4", "--log-every", "4", "--timing-warmup", "1",
               "--no-eval", "--missing-cells", "0.5"]
@@ -705,7 +723,9 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
     assert "prior: the dump's tables transformed per batch by --categorical-columns 0.5, --missing-cells 0.5" \
         in capsys.readouterr().out
     assert cat["losses"] != a["losses"] and cat["config"]["train"]["categorical_columns"] == 0.5
-    for flag in ("--missing-cells", "--categorical-columns"):
+    _, ordinal = run_main("train", [*common, "--ordinal-columns", "0.5", "--record", str(tmp_path / "e.json")])
+    assert ordinal["losses"] != a["losses"] and ordinal["config"]["train"]["ordinal_columns"] == 0.5
+    for flag in ("--missing-cells", "--categorical-columns", "--ordinal-columns"):
         p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
         assert p.returncode == 2 and flag in p.stderr and p.stderr.count("\n") == 1
 
