@@ -665,21 +665,29 @@ def test_fill_missing_cells_fills_with_the_kept_train_mean_and_leaves_the_batch_
     assert not torch.equal(fill_missing_cells(batch, 0.5, seed=1, step=1).x, out.x)   # each step its own cells
 
 
+def _columns_changed(transform, x, padded: int):
+    """A column transform on a batch of x at share 0.5: the input batch, split, y and the padded column left alone,
+    about half the others changed, the same draw again. Returns (its x, changed (B, F))."""
+    from loaders import Batch
+    batch = Batch(x.clone(), torch.zeros(x.shape[:2]), 16, False)
+    out = transform(batch, 0.5, seed=1, step=0)
+    assert torch.equal(batch.x, x) and out.split == 16 and out.y is batch.y
+    changed = (out.x != x).any(1)                                            # (B, F)
+    assert not changed[:, padded].any() and 0.3 < changed[:, :padded].float().mean() < 0.7
+    assert torch.equal(transform(batch, 0.5, seed=1, step=0).x, out.x)
+    return out.x, changed
+
+
 def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
     from loaders import Batch
     from prior_transforms import make_categorical_columns
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 40, 4, generator=g)
+    x = torch.randn(64, 40, 4, generator=torch.Generator().manual_seed(0))
     x[:, :, 2] = torch.floor(x[:, :, 2] * 2)          # an ordinal column: its ties must keep one code
     x[:, :, 3] = 0.0                                   # a padded feature: never touched
-    batch = Batch(x.clone(), torch.zeros(64, 40), 16, False)
-    out = make_categorical_columns(batch, 0.5, seed=1, step=0)
-    assert torch.equal(batch.x, x) and out.split == 16 and out.y is batch.y
-    changed = (out.x != x).any(1)                                            # (B, F)
-    assert not changed[:, 3].any() and 0.3 < changed[:, :3].float().mean() < 0.7
+    out, changed = _columns_changed(make_categorical_columns, x, padded=3)
     orders = set()
     for b, f in torch.nonzero(changed).tolist():
-        codes = out.x[b, :, f]
+        codes = out[b, :, f]
         levels = int(codes.max()) + 1
         assert 2 <= levels <= 20 and torch.equal(codes, codes.round()) and codes.min() >= 0
         for value in x[b, :, f].unique():                                    # equal values, one code
@@ -690,26 +698,20 @@ def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
             order = tuple(codes[x[b, :, f].argsort()].unique_consecutive().tolist())
             orders.add(order == tuple(sorted(order)))
     assert orders == {True, False}                                           # not always in the values' order
-    assert torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=0).x, out.x)
-    assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out.x)
+    batch = Batch(x.clone(), torch.zeros(64, 40), 16, False)
+    assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out)
 
 
 def test_ordinal_columns_are_equal_count_levels_in_value_order():
-    from loaders import Batch
     from prior_transforms import make_ordinal_columns
     x = torch.randn(64, 40, 3, generator=torch.Generator().manual_seed(0))
     x[:, :, 2] = 0.0                                   # a padded feature: never touched
-    batch = Batch(x.clone(), torch.zeros(64, 40), 16, False)
-    out = make_ordinal_columns(batch, 0.5, seed=1, step=0)
-    assert torch.equal(batch.x, x) and out.split == 16 and out.y is batch.y
-    changed = (out.x != x).any(1)                                            # (B, F)
-    assert not changed[:, 2].any() and 0.3 < changed[:, :2].float().mean() < 0.7
+    out, changed = _columns_changed(make_ordinal_columns, x, padded=2)
     for b, f in torch.nonzero(changed).tolist():
-        codes = out.x[b, x[b, :, f].argsort(), f]                            # in the values' order
+        codes = out[b, x[b, :, f].argsort(), f]                              # in the values' order
         counts = torch.bincount(codes.long())
         assert torch.all(codes[1:] >= codes[:-1]) and codes.min() == 0 and 2 <= len(counts) <= 20
         assert counts.min() > 0 and counts.max() - counts.min() <= 1         # K levels of R/K rows each
-    assert torch.equal(make_ordinal_columns(batch, 0.5, seed=1, step=0).x, out.x)
 
 
 def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path, capsys):
