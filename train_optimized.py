@@ -11,9 +11,9 @@ import sys
 
 import torch
 
+import recipes
 from dump_format import open_dump
 from loaders import LOADER_KINDS, LoaderConfig
-import recipes
 from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
