@@ -1,5 +1,6 @@
 """The prior's batch transforms, run on each batch in the training loop's data phase (on the GPU, seeded by
-(seed, step, rank) alone, so a resumed run redraws the same values): real tables' missing cells and category codes."""
+(seed, step, rank) alone, so a resumed run redraws the same values): real tables' skew, levels, category codes and
+missing cells."""
 import functools
 import math
 
@@ -23,14 +24,27 @@ def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int 
     return batch._replace(x=torch.where(missing, mean, x))
 
 
-def _equal_count_levels(x, draw):
-    """Each column's K equal-count levels of its values (K log-uniform in 2..R/2): (level (B, R, F), K (B, 1, F))."""
+def _num_levels(x, draw):
+    """Each column's number of levels K, log-uniform in 2..R/2: (B, 1, F)."""
     num_tables, rows, features = x.shape
-    max_levels = max(2, rows // 2)
-    levels = torch.exp(draw(num_tables, 1, features) * math.log(max_levels / 2) + math.log(2)).floor()  # (B, 1, F)
+    return torch.exp(draw(num_tables, 1, features) * math.log(max(2, rows // 2) / 2) + math.log(2)).floor()
+
+
+def _rows_below(x):
+    """How many rows of its column each value exceeds, ties sharing one count: (B, R, F)."""
     by_column = x.transpose(1, 2).contiguous()                                                # (B, F, R)
-    below = torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)           # (B, R, F): ties share
-    return (below * levels / rows).long(), levels                                             # (B, R, F) in [0, K)
+    return torch.searchsorted(by_column.sort(2).values, by_column).transpose(1, 2)
+
+
+def _chosen_columns(x, draw, share):
+    """Each non-constant column with probability share: (B, 1, F)."""
+    return (draw(x.shape[0], 1, x.shape[2]) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+
+
+def _equal_count_levels(x, draw):
+    """Each column's K equal-count levels of its values: (level (B, R, F) in [0, K), K (B, 1, F))."""
+    levels = _num_levels(x, draw)
+    return (_rows_below(x) * levels / x.shape[1]).long(), levels
 
 
 def make_categorical_columns(batch, share: float, seed: int, step: int, rank: int = 0):
@@ -40,7 +54,7 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     x = batch.x
     num_tables, rows, features = x.shape
     draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
-    chosen = (draw(num_tables, 1, features) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
+    chosen = _chosen_columns(x, draw, share)
     level, levels = _equal_count_levels(x, draw)
     max_levels = max(2, rows // 2)
     # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
@@ -49,17 +63,32 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     return batch._replace(x=torch.where(chosen, code.gather(1, level).to(x.dtype), x))
 
 
+def make_skewed_columns(batch, share: float, seed: int, step: int, rank: int = 0):
+    """Real tables' right-skewed amounts and counts: each non-constant column becomes, with probability share, u^a
+    of its values' mid-ranks u in (0, 1), a log-uniform in 1..16 (the prior's columns are near-symmetric; the
+    suite's are not: results/cpu-2core/prior-fit). Order is kept. A new x (B, R, F); the loader's is kept."""
+    x = batch.x
+    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 3), device=x.device)
+    chosen = _chosen_columns(x, draw, share)
+    power = torch.exp(draw(x.shape[0], 1, x.shape[2]) * math.log(16.0))                     # (B, 1, F) in [1, 16)
+    mid_rank = (_rows_below(x) + 0.5) / x.shape[1]                                            # (B, R, F) in (0, 1)
+    return batch._replace(x=torch.where(chosen, mid_rank.to(x.dtype) ** power, x))
+
+
 def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 0):
     """Real tables' counts, scores and rounded measurements: each non-constant column becomes, with probability
-    share, K equal-count levels of its values (K log-uniform in 2..R/2) numbered 0..K-1 in value order. Real
-    columns are mostly such (results/cpu-2core/prior-fit). A new x (B, R, F); the loader's is kept."""
+    share, its values cut into K equal-width levels (K log-uniform in 2..R/2) numbered 0..K-1, so a skewed column
+    stays skewed. Real columns are mostly such (results/cpu-2core/prior-fit). A new x (B, R, F); the loader's is
+    kept."""
     x = batch.x
     draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 2), device=x.device)
-    chosen = (draw(x.shape[0], 1, x.shape[2]) < share) & (x.amax(1, keepdim=True) > x.amin(1, keepdim=True))
-    level, _ = _equal_count_levels(x, draw)
+    chosen = _chosen_columns(x, draw, share)
+    levels = _num_levels(x, draw)                                                             # (B, 1, F)
+    low, high = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
+    level = torch.minimum(((x - low) / (high - low).clamp(min=1e-12) * levels).floor(), levels - 1)   # (B, R, F)
     return batch._replace(x=torch.where(chosen, level.to(x.dtype), x))
 
 
 # The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
-PRIOR_TRANSFORMS = (("ordinal_columns", make_ordinal_columns), ("categorical_columns", make_categorical_columns),
-                    ("missing_cells", fill_missing_cells))
+PRIOR_TRANSFORMS = (("skewed_columns", make_skewed_columns), ("ordinal_columns", make_ordinal_columns),
+                    ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))

@@ -702,16 +702,32 @@ def test_categorical_columns_are_shuffled_codes_of_equal_count_levels():
     assert not torch.equal(make_categorical_columns(batch, 0.5, seed=1, step=1).x, out)
 
 
-def test_ordinal_columns_are_equal_count_levels_in_value_order():
+def test_ordinal_columns_are_equal_width_levels_in_value_order():
     from prior_transforms import make_ordinal_columns
     x = torch.randn(64, 40, 3, generator=torch.Generator().manual_seed(0))
     x[:, :, 2] = 0.0                                   # a padded feature: never touched
     out, changed = _columns_changed(make_ordinal_columns, x, padded=2)
     for b, f in torch.nonzero(changed).tolist():
-        codes = out[b, x[b, :, f].argsort(), f]                              # in the values' order
-        counts = torch.bincount(codes.long())
-        assert torch.all(codes[1:] >= codes[:-1]) and codes.min() == 0 and 2 <= len(counts) <= 20
-        assert counts.min() > 0 and counts.max() - counts.min() <= 1         # K levels of R/K rows each
+        codes, values = out[b, x[b, :, f].argsort(), f], x[b, :, f].sort().values        # in the values' order
+        assert torch.all(codes[1:] >= codes[:-1]) and codes.min() == 0 and 1 <= codes.max() < 20
+        width = (values[-1] - values[0]) / (codes.max() + 1)                 # K equal-width levels, K - 1 the top
+        offset = values - values[0]
+        assert torch.all((offset >= codes * width - 1e-4) & (offset <= (codes + 1) * width + 1e-4))
+
+
+def test_skewed_columns_keep_the_order_and_skew_right():
+    from scipy.stats import skew
+    from prior_transforms import make_skewed_columns
+    x = torch.randn(64, 40, 3, generator=torch.Generator().manual_seed(0))
+    x[:, :, 2] = 0.0                                   # a padded feature: never touched
+    out, changed = _columns_changed(make_skewed_columns, x, padded=2)
+    skews = []
+    for b, f in torch.nonzero(changed).tolist():
+        order = x[b, :, f].argsort()
+        column = out[b, order, f]                                            # in the values' order
+        assert torch.all(column[1:] > column[:-1]) and 0 < column[0] and column[-1] < 1
+        skews.append(skew(out[b, :, f].numpy()))
+    assert min(skews) > -0.1 and sorted(skews)[len(skews) // 2] > 0.5               # a in 1..16: right-skewed
 
 
 def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path, capsys):
@@ -727,7 +743,9 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
     assert cat["losses"] != a["losses"] and cat["config"]["train"]["categorical_columns"] == 0.5
     _, ordinal = run_main("train", [*common, "--ordinal-columns", "0.5", "--record", str(tmp_path / "e.json")])
     assert ordinal["losses"] != a["losses"] and ordinal["config"]["train"]["ordinal_columns"] == 0.5
-    for flag in ("--missing-cells", "--categorical-columns", "--ordinal-columns"):
+    _, skewed = run_main("train", [*common, "--skewed-columns", "0.5", "--record", str(tmp_path / "f.json")])
+    assert skewed["losses"] != a["losses"] and skewed["config"]["train"]["skewed_columns"] == 0.5
+    for flag in ("--missing-cells", "--categorical-columns", "--ordinal-columns", "--skewed-columns"):
         p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
         assert p.returncode == 2 and flag in p.stderr and p.stderr.count("\n") == 1
 
