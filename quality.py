@@ -233,9 +233,10 @@ def write_curve(out: str, records, sources, generator: str = "python quality.py 
 def curve_runs(minutes: list, extra: list) -> dict:
     """{model: its points' seconds}: the recipe's model for each point's budget on one GPU (recipes.recipe_model);
     one model for all when the flags after -- name one."""
+    given = any(flag.split("=")[0] == "--model-preset" for flag in extra)
     runs = {}
     for seconds in sorted(m * 60 for m in minutes):
-        model = "given" if "--model-preset" in extra else recipes.recipe_model(seconds, 1, on_cuda=True)
+        model = "given" if given else recipes.recipe_model(seconds, 1, on_cuda=True)
         runs.setdefault(model, []).append(seconds)
     return runs
 

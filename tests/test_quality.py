@@ -140,6 +140,7 @@ def test_curve_runs_train_each_model_the_recipe_picks_once():
     assert quality.curve_runs([1, 3, 10, 30], []) == {"small": [60, 180], "medium": [600, 1800]}
     assert quality.curve_runs([0.5], []) == {"small": [30]}
     assert quality.curve_runs([30, 1], ["--model-preset", "small"]) == {"given": [60, 1800]}
+    assert quality.curve_runs([10], ["--model-preset=large", "--lr", "1e-3"]) == {"given": [600]}
 
 
 def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(caches, tmp_path, capsys):
