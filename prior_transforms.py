@@ -24,10 +24,14 @@ def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int 
     return batch._replace(x=torch.where(missing, mean, x))
 
 
+def _max_levels(rows: int) -> int:
+    return max(2, rows // 2)
+
+
 def _num_levels(x, draw):
     """Each column's number of levels K, log-uniform in 2..R/2: (B, 1, F)."""
     num_tables, rows, features = x.shape
-    return torch.exp(draw(num_tables, 1, features) * math.log(max(2, rows // 2) / 2) + math.log(2)).floor()
+    return torch.exp(draw(num_tables, 1, features) * math.log(_max_levels(rows) / 2) + math.log(2)).floor()
 
 
 def _rows_below(x):
@@ -56,7 +60,7 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
     chosen = _chosen_columns(x, draw, share)
     level, levels = _equal_count_levels(x, draw)
-    max_levels = max(2, rows // 2)
+    max_levels = _max_levels(rows)
     # A random order of the K levels: rank of a random key among the keys of levels < K (the others sort last).
     key = draw(num_tables, max_levels, features) + (torch.arange(max_levels, device=x.device)[:, None] >= levels)
     code = key.argsort(1).argsort(1)                                                          # (B, K_max, F)
