@@ -80,8 +80,7 @@ class TrainConfig:
                                       "train mean (0: off)", type=share_flag)
     categorical_columns: float = _flag(0.0, "this share of the prior's columns become category codes in a random "
                                             "order (0: off)", type=share_flag)
-    skewed_columns: float = _flag(0.0, "this share of the prior's columns become right-skewed, order kept, as "
-                                       "amounts are (0: off)", type=share_flag)
+    skewed_columns: float = _flag(0.0, "this share of the prior's columns made right-skewed (0: off)", type=share_flag)
     ordinal_columns: float = _flag(0.0, "this share of the prior's columns become equal-width levels numbered in "
                                         "value order, as counts and scores are (0: off)", type=share_flag)
     time_budget: float = _flag(0.0, "seconds of training instead of --steps (compiling, evals, saves not counted)",
