@@ -12,11 +12,17 @@ def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> to
     return torch.Generator(device).manual_seed((seed * 1_000_003 + step) * 4096 + rank + (stream << 60))
 
 
+def _uniform_draws(x, seed: int, step: int, rank: int, stream: int):
+    """torch.rand on x's device from the batch's generator for this stream: draw(*shape)."""
+    generator = _batch_generator(x.device, seed, step, rank, stream)
+    return functools.partial(torch.rand, generator=generator, device=x.device)
+
+
 def fill_missing_cells(batch, max_share: float, seed: int, step: int, rank: int = 0):
     """The classifier's view of a table with missing values: half the tables lose a U(0, max_share) share of their
     cells, each filled with its column's mean over the kept train rows. A new x (B, R, F); the loader's is kept."""
     x, split = batch.x, batch.split
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 0), device=x.device)
+    draw = _uniform_draws(x, seed, step, rank, 0)
     share = torch.where(draw(x.shape[0], 1, 1) < 0.5, draw(x.shape[0], 1, 1) * max_share, 0.0)   # (B, 1, 1)
     missing = draw(x.shape) < share                                                              # (B, R, F)
     kept = ~missing[:, :split]                                                                   # (B, S, F)
@@ -57,7 +63,7 @@ def make_categorical_columns(batch, share: float, seed: int, step: int, rank: in
     order. A new x (B, R, F); the loader's is kept."""
     x = batch.x
     num_tables, rows, features = x.shape
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 1), device=x.device)
+    draw = _uniform_draws(x, seed, step, rank, 1)
     chosen = _chosen_columns(x, draw, share)
     level, levels = _equal_count_levels(x, draw)
     max_levels = _max_levels(rows)
@@ -72,7 +78,7 @@ def make_skewed_columns(batch, share: float, seed: int, step: int, rank: int = 0
     of its values' mid-ranks u in (0, 1), a log-uniform in 1..16 (the prior's columns are near-symmetric; the
     suite's are not: results/cpu-2core/prior-fit). Order is kept. A new x (B, R, F); the loader's is kept."""
     x = batch.x
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 3), device=x.device)
+    draw = _uniform_draws(x, seed, step, rank, 3)
     chosen = _chosen_columns(x, draw, share)
     power = torch.exp(draw(x.shape[0], 1, x.shape[2]) * math.log(16.0))                     # (B, 1, F) in [1, 16)
     mid_rank = (_rows_below(x) + 0.5) / x.shape[1]                                            # (B, R, F) in (0, 1)
@@ -85,7 +91,7 @@ def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 
     stays skewed. Real columns are mostly such (results/cpu-2core/prior-fit). A new x (B, R, F); the loader's is
     kept."""
     x = batch.x
-    draw = functools.partial(torch.rand, generator=_batch_generator(x.device, seed, step, rank, 2), device=x.device)
+    draw = _uniform_draws(x, seed, step, rank, 2)
     chosen = _chosen_columns(x, draw, share)
     levels = _num_levels(x, draw)                                                             # (B, 1, F)
     low, high = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
@@ -96,3 +102,11 @@ def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 
 # The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
 PRIOR_TRANSFORMS = (("skewed_columns", make_skewed_columns), ("ordinal_columns", make_ordinal_columns),
                     ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+
+
+def apply_prior_transforms(batch, shares: dict, seed: int, step: int, rank: int = 0):
+    """The transforms whose share ({TrainConfig field: share}) is set, in PRIOR_TRANSFORMS' order."""
+    for name, transform in PRIOR_TRANSFORMS:
+        if shares.get(name):
+            batch = transform(batch, shares[name], seed, step, rank)
+    return batch

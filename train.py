@@ -24,7 +24,7 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader
 from loss_health import learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
-from prior_transforms import PRIOR_TRANSFORMS
+from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
                      rank_and_world, set_seed)
@@ -424,6 +424,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
     fingerprints, batches = [], iter(loader)
+    transform_shares = {name: getattr(config, name) for name, _ in PRIOR_TRANSFORMS}
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:
@@ -432,9 +433,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    for name, transform in PRIOR_TRANSFORMS:
-                        if getattr(config, name):
-                            batch = transform(batch, getattr(config, name), config.seed, step, rank)
+                    batch = apply_prior_transforms(batch, transform_shares, config.seed, step, rank)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:

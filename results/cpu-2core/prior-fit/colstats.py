@@ -9,7 +9,7 @@ import numpy as np
 from scipy.stats import skew
 import real_data
 from loaders import make_loader
-from prior_transforms import PRIOR_TRANSFORMS
+from prior_transforms import apply_prior_transforms
 
 
 def stats(columns):
@@ -31,8 +31,7 @@ shares = {"categorical_columns": 0.2, "missing_cells": 0.1, "ordinal_columns": o
 columns = []
 with make_loader(fresh, 16, "cpu") as loader:
     for step, batch in zip(range(8), loader):
-        for name, transform in PRIOR_TRANSFORMS:
-            batch = transform(batch, shares[name], 1, step) if shares[name] else batch
+        batch = apply_prior_transforms(batch, shares, 1, step)
         x = batch.x.numpy()
         columns += [x[i, :, j] for i in range(x.shape[0]) for j in range(x.shape[2]) if np.ptp(x[i, :, j]) > 0]
 print(f"prior, the recipe's transforms, --ordinal-columns {ordinal:g} --skewed-columns {skewed:g}:", stats(columns))

@@ -10,7 +10,7 @@ torch.set_num_threads(2)
 from checkpoint import read_checkpoint
 from classifier import model_from_checkpoint
 from loaders import make_loader
-from prior_transforms import PRIOR_TRANSFORMS
+from prior_transforms import apply_prior_transforms
 from train import loss_on_batch
 
 TRANSFORMS = {"categorical_columns": 0.2, "missing_cells": 0.1}   # the recipe's
@@ -21,8 +21,7 @@ for name, path in pairs:
     losses = []
     with torch.no_grad(), make_loader(dump, 16, "cpu") as loader:
         for step, batch in zip(range(loader_steps := 32), loader):
-            for transform_name, transform in PRIOR_TRANSFORMS:
-                batch = transform(batch, TRANSFORMS[transform_name], 12345, step)
+            batch = apply_prior_transforms(batch, TRANSFORMS, 12345, step)
             losses.append(loss_on_batch(model, batch).item())
     print(f"{name:24s} steps {steps:6d} | fresh-table loss {np.mean(losses):.4f} (batch p10 {np.percentile(losses, 10):.4f}, "
           f"p90 {np.percentile(losses, 90):.4f}) | {time.time() - start:.0f} s", flush=True)
