@@ -29,7 +29,7 @@ def recipe_model(time_budget: float, ranks: int, on_cuda: bool) -> str:
 def recipe_flags(name: str, time_budget: float, ranks: int, on_cuda: bool, model_preset: str | None = None) -> dict:
     """The flags recipe `name` fills; model_preset: the user's, whose learning rate it then picks."""
     model = model_preset or recipe_model(time_budget, ranks, on_cuda)
-    chosen = {**RECIPES[name], **MODELS.get(model, MODELS["small"])}
+    chosen = {**RECIPES[name], **MODELS.get(model, MODELS["small"]), "model_preset": model}
     if ranks > 1:   # the global batch grows with the ranks: lr x ranks, warmed up (docs/multi-gpu.md)
         chosen["lr"] *= ranks
         chosen["warmup_steps"] = max(chosen.get("warmup_steps", 0), DDP_WARMUP_STEPS)
