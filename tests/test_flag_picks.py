@@ -134,6 +134,10 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     args, notices = recipe(["--data", "x.h5", "--model-preset", "small"])   # a given preset: its own lr
     assert (args.model_preset, args.lr, args.warmup_steps) == ("small", 2e-3, 0)
     assert "(yours kept: --model-preset small)" in notices[0]
+    args, _ = recipe(["--data", "x.h5", "--model-preset", "large"])         # large's measured lr and warm-up
+    assert (args.model_preset, args.lr, args.warmup_steps) == ("large", 1e-3, 500)
+    args, _ = recipe(["--data", "x.h5", "--model-preset", "nano"])          # an unlisted preset: small's lr
+    assert (args.model_preset, args.lr, args.warmup_steps) == ("nano", 2e-3, 0)
     args, _ = recipe(["--steps", "5", "--data", "x.h5"], on_cuda=False)
     assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
     assert args.batch_size == recipes.CPU_BATCH and args.model_preset == "small"         # a CPU: a smaller batch

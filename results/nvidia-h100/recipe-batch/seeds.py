@@ -27,10 +27,11 @@ def row(label, paths):
     print("| " + " | ".join(out) + " |")
 
 
-print("| run, 10 min | seeds | " + " | ".join(f"{s} {g}: ROC AUC (min-max) / rank [best baseline]" for s, g in CELLS)
-      + " |\n|" + "---|" * (len(CELLS) + 2))
-recipe = sorted(glob.glob(f"{CURVE}/score-medium-s[01]-600s.json")) + sorted(glob.glob(f"{HERE}/score-recipe-s*-600s.json"))
-row("the recipe (medium), seeds 0-5", recipe)
-row("the recipe, seeds 0, 1", recipe[:2])
-for name in ("realcols", "smallb32"):
-    row(f"{name}, seeds 0, 1", sorted(glob.glob(f"{HERE}/score-{name}-s[01]-600s.json")))
+if __name__ == "__main__":
+    print("| run, 10 min | seeds | " + " | ".join(f"{s} {g}: ROC AUC (min-max) / rank [best baseline]" for s, g in CELLS)
+          + " |\n|" + "---|" * (len(CELLS) + 2))
+    recipe = sorted(glob.glob(f"{CURVE}/score-medium-s[01]-600s.json")) + sorted(glob.glob(f"{HERE}/score-recipe-s*-600s.json"))
+    row("the recipe (medium), seeds 0-5", recipe)
+    row("the recipe, seeds 0, 1", recipe[:2])
+    for name in ("realcols", "smallb32"):
+        row(f"{name}, seeds 0, 1", sorted(glob.glob(f"{HERE}/score-{name}-s[01]-600s.json")))
