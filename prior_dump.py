@@ -44,6 +44,8 @@ class PriorMix(NamedTuple):
     grouped_rows: float = 0.0    # share of datasets whose rows are repeated measures of entities
     tree_share: float = 0.3      # share drawn from sums of random trees; the rest from MLP SCMs
     tree_depth: int = 4          # trees are U{2..tree_depth} levels deep
+    noise_scale: float = 1.0     # multiplies every dataset's noise std (MLP nodes 0.01-0.3, tree targets 0.02-0.5)
+    proxy_share: float = 0.0     # share of datasets with one column a noisy copy of the target
 
 
 class DumpGroup(NamedTuple):
@@ -128,13 +130,13 @@ def _entity_columns(gen, x, target, groups, num_features):
     return torch.where(with_id[:, None, None] & last[:, None, :], numbering[:, :, None], x), target
 
 
-def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None):
+def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None, noise_scale=1.0):
     """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R).
     groups (num, R) or None: root causes shared within row groups (_share_within_groups)."""
     num_layers = int(rng.integers(2, 7))
     width = max(features, int(round(math.exp(rng.uniform(math.log(5), math.log(130))))))   # room for F causes
     activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
-    noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device)
+    noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device) * noise_scale
     keep_probability = _uniform(gen, (num, 1, 1), 0.2, 1.0, device)   # weight density
     # layers output lerp(pre, activation(pre), nonlinearity): 6 full random activations are unlearnable
     nonlinearity = torch.rand(num, 1, 1, generator=gen, device=device)
@@ -190,7 +192,7 @@ def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None):
     return x, target[:, 0]
 
 
-def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None, max_depth=4):
+def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None, max_depth=4, noise_scale=1.0):
     """Sums of random decision trees (2..max_depth levels) on correlated features. Returns X (num, R, F), target
     (num, R). groups (num, R) or None: causes shared within row groups (_share_within_groups)."""
     depth, num_trees = int(rng.integers(2, max_depth + 1)), int(rng.integers(1, 4))
@@ -221,8 +223,22 @@ def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None, 
             node = 2 * node + 1 + go_right.gather(2, node[:, :, None]).squeeze(2)
         leaf_value = torch.randn(num, num_internal + 1, generator=gen, device=device)
         target = target + leaf_value.gather(1, node - num_internal)
-    noise_std = _log_uniform(gen, (num, 1), 0.02, 0.5, device)
+    noise_std = _log_uniform(gen, (num, 1), 0.02, 0.5, device) * noise_scale
     return x, _standardize(target) + noise_std * torch.randn(num, rows, generator=gen, device=device)
+
+
+def _proxy_column(gen, x, target, num_features, share):
+    """In a share of datasets one active column becomes the target plus noise (std log-uniform 0.1-1: correlation
+    0.71-0.995), as real tables often hold a column that nearly decides the label (results/cpu-2core/prior-fit).
+    x (num, R, F), target (num, R); returns x."""
+    num, rows, features = x.shape
+    device = x.device
+    chosen = torch.rand(num, generator=gen, device=device) < share                                      # (num,)
+    column = (torch.rand(num, generator=gen, device=device) * num_features).long()                     # (num,)
+    noise_std = _log_uniform(gen, (num, 1), 0.1, 1.0, device)
+    proxy = _standardize(target) + noise_std * torch.randn(num, rows, generator=gen, device=device)    # (num, R)
+    replaced = chosen[:, None] & (torch.arange(features, device=device) == column[:, None])            # (num, F)
+    return torch.where(replaced[:, None, :], proxy[:, :, None], x)
 
 
 def _cut_into_classes(gen, target, num_classes, classes, min_count):
@@ -317,14 +333,17 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     groups = _row_groups(gen, rng, num, rows, mix.grouped_rows, device) if mix.grouped_rows > 0 else None   # 0: no draw
     x = torch.empty(num, rows, features, device=device)
     target = torch.empty(num, rows, device=device)
-    tree_scm = functools.partial(_tree_scm, max_depth=mix.tree_depth)
-    for scm, subset in ((_mlp_scm, np.flatnonzero(~is_tree)), (tree_scm, np.flatnonzero(is_tree))):
+    tree_scm = functools.partial(_tree_scm, max_depth=mix.tree_depth, noise_scale=mix.noise_scale)
+    mlp_scm = functools.partial(_mlp_scm, noise_scale=mix.noise_scale)
+    for scm, subset in ((mlp_scm, np.flatnonzero(~is_tree)), (tree_scm, np.flatnonzero(is_tree))):
         if len(subset):
             subset = torch.from_numpy(subset).to(device)
             x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device,
                                             None if groups is None else groups[subset])
     if groups is not None:
         x, target = _entity_columns(gen, x, target, groups, num_features)
+    if mix.proxy_share > 0:   # no draw at 0: the prior as it was
+        x = _proxy_column(gen, x, target, num_features, mix.proxy_share)
     labels = _cut_into_classes(gen, target, num_classes, classes, max(2, int(0.1 * rows / classes)))
     labels, order = _cover_classes_on_both_sides(labels, splits, num_classes, classes)
     x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)), num_features)
@@ -333,11 +352,14 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
 
 def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix=PriorMix()):
     """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
-    for name, share in (("grouped_rows", mix.grouped_rows), ("tree_share", mix.tree_share)):
+    for name, share in (("grouped_rows", mix.grouped_rows), ("tree_share", mix.tree_share),
+                        ("proxy_share", mix.proxy_share)):
         if not 0.0 <= share <= 1.0:   # also rejects NaN
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     if not isinstance(mix.tree_depth, (int, np.integer)) or not 2 <= mix.tree_depth <= 10:
         raise ValueError(f"tree_depth must be an integer in 2..10, got {mix.tree_depth!r}")
+    if not 0.0 <= mix.noise_scale <= 10.0:   # also rejects NaN
+        raise ValueError(f"noise_scale must be in [0, 10], got {mix.noise_scale!r}")
     if mix.tree_share == 0 and mix.tree_depth != PriorMix().tree_depth:
         raise ValueError(f"tree_depth {mix.tree_depth} has no effect with tree_share 0 (no tables from trees)")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
@@ -547,6 +569,12 @@ def main(argv=None):
                              f"(default {PriorMix().tree_share})")
     parser.add_argument("--tree-depth", type=int, default=PriorMix().tree_depth, metavar="D",
                         help=f"trees are 2..D levels deep, D in 2..10 (default {PriorMix().tree_depth})")
+    parser.add_argument("--noise-scale", type=float, default=PriorMix().noise_scale, metavar="S",
+                        help="multiplies every dataset's noise std, S in [0, 10]; below 1 more tables are nearly "
+                             f"noise-free (default {PriorMix().noise_scale})")
+    parser.add_argument("--proxy-share", type=float, default=PriorMix().proxy_share, metavar="SHARE",
+                        help="share of datasets where one column is the target plus noise, as real tables often "
+                             f"have a column that nearly decides the label (default {PriorMix().proxy_share})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -566,7 +594,8 @@ def main(argv=None):
     try:   # write_dump checks the sizes, the device and the output before it writes anything
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
-                           mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth), **shape)
+                           mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth, args.noise_scale,
+                                        args.proxy_share), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
     except MemoryError:

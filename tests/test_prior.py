@@ -169,6 +169,7 @@ def _main(argv, capsys):
     ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
     ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
     ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"], ["--tree-depth", "1"],
+    ["--noise-scale", "-1"],
 ])
 def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
@@ -388,3 +389,47 @@ def test_tree_share_and_depth_set_the_mix_of_scms():
                       (Mix(tree_share=0.0, tree_depth=8), "no effect")):
         with pytest.raises(ValueError, match=name):
             list(prior_dump.generate(mix=mix, **args))
+
+
+def test_noise_scale_sets_how_predictable_the_tables_are():
+    """--noise-scale: 1 is the prior as it was (bitwise); 0.05 makes the same tables more predictable than 3 (a
+    random forest's test ROC AUC); out of range is refused."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.metrics import roc_auc_score
+    Mix = prior_dump.PriorMix
+    args = dict(num_datasets=48, rows=120, features=4, classes=2, seed=5, original_batch_size=8)
+
+    def forest_auc(data):
+        scores = []
+        for x, y, f, split in zip(data["X"], data["y"], data["num_features"], data["single_eval_pos"]):
+            forest = RandomForestClassifier(n_estimators=30, random_state=0, n_jobs=1).fit(x[:split, :f], y[:split])
+            scores.append(roc_auc_score(y[split:], forest.predict_proba(x[split:, :f])[:, 1]))
+        return np.mean(scores)
+    default, one = (_concat(prior_dump.generate(mix=mix, **args)) for mix in (Mix(), Mix(noise_scale=1.0)))
+    assert all(np.array_equal(default[key], one[key]) for key in default)
+    quiet, loud = (_concat(prior_dump.generate(mix=Mix(noise_scale=s), **args)) for s in (0.05, 3.0))
+    assert forest_auc(quiet) > forest_auc(loud) + 0.03
+    for scale in (-0.1, 11.0, float("nan")):
+        with pytest.raises(ValueError, match="noise_scale"):
+            list(prior_dump.generate(mix=Mix(noise_scale=scale), **args))
+
+
+def test_proxy_share_gives_tables_a_column_that_nearly_decides_the_label():
+    """--proxy-share: 0 is the prior as it was (bitwise); at 1 every table has a column that is the target plus
+    noise, so its best single column separates the classes far better than the plain prior's; out of range is
+    refused."""
+    from sklearn.metrics import roc_auc_score
+    Mix = prior_dump.PriorMix
+    args = dict(num_datasets=64, rows=100, features=6, classes=2, seed=6, original_batch_size=8)
+
+    def best_column_auc(data):
+        best = [max(max(a, 1 - a) for a in (roc_auc_score(y, x[:, j]) for j in range(f)))
+                for x, y, f in zip(data["X"], data["y"], data["num_features"])]
+        return np.mean(best)
+    default, zero = (_concat(prior_dump.generate(mix=mix, **args)) for mix in (Mix(), Mix(proxy_share=0.0)))
+    assert all(np.array_equal(default[key], zero[key]) for key in default)
+    proxied = _concat(prior_dump.generate(mix=Mix(proxy_share=1.0), **args))
+    assert best_column_auc(proxied) > best_column_auc(default) + 0.05 and best_column_auc(proxied) > 0.85
+    for share in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="proxy_share"):
+            list(prior_dump.generate(mix=Mix(proxy_share=share), **args))

@@ -3,7 +3,8 @@
 # driver() (the runs, in the background; it ends with `touch $W/DONE`), then passes its command:
 #   source results/nvidia-h100/call-lib.sh "$@"     # start | wait | finish, each <= 600 s, issued back to back
 # run GPU NAME SEED BUDGET FLAGS...: trains --recipe real-tables with FLAGS for BUDGET seconds (checkpoints at
-# SAVE_AT and, for a longer run, at BUDGET), then scores every checkpoint on that GPU.
+# SAVE_AT and, for a longer run, at BUDGET), then scores every checkpoint on that GPU; FROM=S run ... resumes it.
+# `start` makes the recipe's dump, $D/real512.h5, or those of DUMPS (declare -A: name -> prior_dump flags).
 # Earlier calls' call.sh files hold their own copy of this, as they ran.
 set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 PYTHONPATH=/tmp/site
@@ -13,16 +14,21 @@ DRY=${DRY:-}                # DRY="--batch-size 2": a CPU holds four runs only w
 NUM_DATASETS=${NUM_DATASETS:-100000}
 BUDGET=${BUDGET:-600}; LONG=${LONG:-$BUDGET}; SAVE_AT=${SAVE_AT:-60,180}   # LONG: the longest run's budget
 HOLD=${HOLD:-570}           # seconds each command waits before it reports
-DEADLINE=${DEADLINE:-$((2 * BUDGET + 330))}   # seconds after `start` began: `finish` returns by it
+# seconds after `start` began: `finish` returns by it. Two phases of BUDGET on a GPU need the dump (~50 s), two
+# compiles (60-80 s each) and the scoring (~30 s a checkpoint): at + 330, large-depth's last scoring was cut.
+DEADLINE=${DEADLINE:-$((2 * BUDGET + 390))}
 mkdir -p $W $CK $D
 elapsed() { echo $(( $(date +%s) - $(cat $W/T0) )); }
-run() {  # gpu name seed budget flags...: train, then score every --save-at checkpoint and the last one
-  local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT; shift 4
+run() {  # gpu name seed budget flags...: train, then score every --save-at checkpoint and the last one.
+         # FROM=S run ...: resume NAME's checkpoint (S seconds trained) to budget; log, record and score its end only
+  local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT tag=$2 from=${FROM:-0}; shift 4
   [ $budget -gt $BUDGET ] && save_at=$SAVE_AT,$BUDGET
-  CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$gpu timeout $((budget + 240)) python train_optimized.py \
-    --recipe real-tables --data $D/real512.h5 "$@" --seed $seed --time-budget $budget --save-at $save_at --no-eval \
-    --log-every 500 --ckpt $CK/$name.pt --record $W/$name.json $DRY > $W/$name.log 2>&1
-  echo "$name exit $? at $(elapsed)s: $(grep -E 'done:|rror' $W/$name.log | tail -1 | cut -c1-220)" >> $W/train.txt
+  local keep=(--save-at $save_at)
+  [ $from -gt 0 ] && { keep=(--resume); save_at=""; tag=$name-${budget}s; }
+  CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$gpu timeout $((budget - from + 240)) python \
+    train_optimized.py --recipe real-tables --data $D/real512.h5 "$@" --seed $seed --time-budget $budget "${keep[@]}" \
+    --no-eval --log-every 500 --ckpt $CK/$name.pt --record $W/$tag.json $DRY > $W/$tag.log 2>&1
+  echo "$tag exit $? at $(elapsed)s: $(grep -E 'done:|rror' $W/$tag.log | tail -1 | cut -c1-220)" >> $W/train.txt
   for seconds in ${save_at//,/ } $budget; do
     local ckpt=$CK/$name-${seconds}s.pt; [ $seconds = $budget ] && ckpt=$CK/$name.pt
     [ -e $ckpt ] || continue
@@ -47,9 +53,14 @@ start)
     grep -v WARN
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee $W/gpu.txt
   git rev-parse HEAD > $W/code.txt 2>/dev/null; git status --short >> $W/code.txt; LC_ALL=C sha256sum *.py >> $W/code.txt
-  python prior_dump.py --device $DEV --no-progress --preset real --rows 512 --num-datasets $NUM_DATASETS \
-    --out $D/real512.h5 > $W/dump-real512.log 2>&1
-  echo "dump at $(elapsed)s"; tail -n 1 $W/dump-real512.log
+  gpu=0   # each dump on its own GPU, all at once; DUMPS (declare -A: name -> prior_dump flags) or the recipe's
+  declare -p DUMPS > /dev/null 2>&1 || declare -A DUMPS=([real512]="")
+  for name in "${!DUMPS[@]}"; do
+    CUDA_VISIBLE_DEVICES=$gpu python prior_dump.py --device $DEV --no-progress --preset real --rows 512 \
+      --num-datasets $NUM_DATASETS ${DUMPS[$name]} --out $D/$name.h5 > $W/dump-$name.log 2>&1 & gpu=$((gpu + 1))
+  done
+  wait
+  echo "dumps at $(elapsed)s"; tail -qn 1 $W/dump-*.log
   # the logger starts after the dump and is stopped by its PID (never `pkill -f`: it would match this command line)
   setsid nohup nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,utilization.gpu \
     --format=csv -l 10 > $W/clocks.csv 2>&1 < /dev/null & echo $! > $W/clocks.pid
