@@ -1,14 +1,16 @@
 """How often one column nearly decides the label: per table, the best ROC AUC of a single column against the label
 (binary: class 1; more classes: the largest class against the rest), folded to >= 0.5, on all rows. The 104 real
-tasks against the first 512 tables of each dump (the raw dump, no batch transforms). From the repository root:
+tasks against the first 512 tables of each dump (the raw dump, no batch transforms); then, by the real tasks' best
+column, the recipe's eight 10-minute score records against the baselines. From the repository root:
     python results/cpu-2core/prior-fit/decisive.py F.h5 ..."""
-import os, sys
+import glob, json, os, sys
 sys.path.insert(0, os.getcwd())
 import h5py, numpy as np
 from sklearn.metrics import roc_auc_score
 import real_data
 
 BINS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.99, 1.01)
+H100 = "results/nvidia-h100"
 
 
 def best_single_column(X, y):
@@ -28,13 +30,37 @@ def row(label, values):
     return f"| {label} | {len(values)} | {np.median(values):.3f} | " + " | ".join(f"{s:.0%}" for s in shares) + " |"
 
 
+def gap_by_best_column(best):
+    """{task: best column} -> rows of the recipe's mean ROC AUC against CatBoost, logistic regression and the best
+    baseline of each task, by the task's best single column."""
+    records = [json.load(open(p)) for p in sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-600s.json"))
+               + sorted(glob.glob(f"{H100}/*/score-recipe-s[2-7]-600s.json"))]
+    rows = []
+    for scope in ("suite", "heldout"):
+        baselines = json.load(open(f"data/baselines-{scope}.json"))["results"]
+        for task in baselines["catboost"]["per_task"]:
+            ours = np.mean([next(iter(r["results"].values()))[scope]["per_task"][task] for r in records])
+            others = {name: b["per_task"][task] for name, b in baselines.items()}
+            rows.append((best[task], ours, others["catboost"], others["logistic_regression"], max(others.values())))
+    rows = np.array(rows)
+    print(f"\nThe recipe ({len(records)} score records) by the real task's best single column:\n"
+          "| best column | tasks | recipe | - CatBoost | - logistic regression | - the task's best baseline |\n"
+          "|---|---|---|---|---|---|")
+    for low, high in ((0.5, 0.7), (0.7, 0.9), (0.9, 1.01)):
+        part = rows[(rows[:, 0] >= low) & (rows[:, 0] < high)]
+        print(f"| {low}-{min(high, 1)} | {len(part)} | {part[:, 1].mean():.4f} | "
+              + " | ".join(f"{np.mean(part[:, 1] - part[:, k]):+.4f}" for k in (2, 3, 4)) + " |")
+
+
 if __name__ == "__main__":
     print("| tables | count | median | " + " | ".join(f"{lo}-{min(hi, 1)}" for lo, hi in zip(BINS, BINS[1:]))
           + " |\n|" + "---|" * (len(BINS) + 2))
     tasks = real_data.read_cache("data/real_suite.npz") + real_data.read_cache("data/real_heldout.npz")
-    print(row("real tasks", [best_single_column(t.X, t.y) for t in tasks]))
+    best = {t.name: best_single_column(t.X, t.y) for t in tasks}
+    print(row("real tasks", list(best.values())))
     for path in sys.argv[1:]:
         with h5py.File(path, "r") as f:
             X, y, columns = f["X"][:512], f["y"][:512].astype(int), f["num_features"][:512]
             mix = f"noise scale {f.attrs.get('noise_scale', 1.0):g}, proxy share {f.attrs.get('proxy_share', 0.0):g}"
         print(row(f"prior, {mix}", [best_single_column(x[:, :c], t) for x, t, c in zip(X, y, columns)]))
+    gap_by_best_column(best)
