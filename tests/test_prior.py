@@ -230,17 +230,21 @@ def test_default_dump_generated_once_then_reused(tmp_path, monkeypatch, capsys):
     assert prior_dump.default_dump_path().endswith(".h5")
 
 
-def test_prior_is_learnable_but_not_trivial():
-    """A random forest fitted on each dataset's train part must beat chance clearly on its test part."""
+def _forest_aucs(data):
+    """Per binary dataset: a small random forest fitted on its train part, ROC AUC on its test part."""
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.metrics import roc_auc_score
-    data = _concat(prior_dump.generate(30, 150, 5, 2, seed=11))
     scores = []
     for x, y, f, split in zip(data["X"], data["y"], data["num_features"], data["single_eval_pos"]):
         forest = RandomForestClassifier(n_estimators=30, random_state=0, n_jobs=1)
         forest.fit(x[:split, :f], y[:split])
         scores.append(roc_auc_score(y[split:], forest.predict_proba(x[split:, :f])[:, 1]))
-    scores = np.array(scores)
+    return np.array(scores)
+
+
+def test_prior_is_learnable_but_not_trivial():
+    """A random forest fitted on each dataset's train part must beat chance clearly on its test part."""
+    scores = _forest_aucs(_concat(prior_dump.generate(30, 150, 5, 2, seed=11)))
     assert scores.mean() > 0.65, scores.round(2)
     assert scores.mean() < 0.97 and scores.std() > 0.05, scores.round(2)   # varied difficulty
 
@@ -394,21 +398,12 @@ def test_tree_share_and_depth_set_the_mix_of_scms():
 def test_noise_scale_sets_how_predictable_the_tables_are():
     """--noise-scale: 1 is the prior as it was (bitwise); 0.05 makes the same tables more predictable than 3 (a
     random forest's test ROC AUC); out of range is refused."""
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.metrics import roc_auc_score
     Mix = prior_dump.PriorMix
     args = dict(num_datasets=48, rows=120, features=4, classes=2, seed=5, original_batch_size=8)
-
-    def forest_auc(data):
-        scores = []
-        for x, y, f, split in zip(data["X"], data["y"], data["num_features"], data["single_eval_pos"]):
-            forest = RandomForestClassifier(n_estimators=30, random_state=0, n_jobs=1).fit(x[:split, :f], y[:split])
-            scores.append(roc_auc_score(y[split:], forest.predict_proba(x[split:, :f])[:, 1]))
-        return np.mean(scores)
     default, one = (_concat(prior_dump.generate(mix=mix, **args)) for mix in (Mix(), Mix(noise_scale=1.0)))
     assert all(np.array_equal(default[key], one[key]) for key in default)
     quiet, loud = (_concat(prior_dump.generate(mix=Mix(noise_scale=s), **args)) for s in (0.05, 3.0))
-    assert forest_auc(quiet) > forest_auc(loud) + 0.03
+    assert _forest_aucs(quiet).mean() > _forest_aucs(loud).mean() + 0.03
     for scale in (-0.1, 11.0, float("nan")):
         with pytest.raises(ValueError, match="noise_scale"):
             list(prior_dump.generate(mix=Mix(noise_scale=scale), **args))

@@ -3,14 +3,15 @@
 tasks against the first 512 tables of each dump (the raw dump, no batch transforms); then, by the real tasks' best
 column, the recipe's eight 10-minute score records against the baselines. From the repository root:
     python results/cpu-2core/prior-fit/decisive.py F.h5 ..."""
-import glob, json, os, sys
+import os, sys
 sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h5py, numpy as np
 from sklearn.metrics import roc_auc_score
 import real_data
+from difficulty import recipe_and_baselines
 
 BINS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.99, 1.01)
-H100 = "results/nvidia-h100"
 
 
 def best_single_column(X, y):
@@ -33,15 +34,8 @@ def row(label, values):
 def gap_by_best_column(best):
     """{task: best column} -> rows of the recipe's mean ROC AUC against CatBoost, logistic regression and the best
     baseline of each task, by the task's best single column."""
-    records = [json.load(open(p)) for p in sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-600s.json"))
-               + sorted(glob.glob(f"{H100}/*/score-recipe-s[2-7]-600s.json"))]
-    rows = []
-    for scope in ("suite", "heldout"):
-        baselines = json.load(open(f"data/baselines-{scope}.json"))["results"]
-        for task in baselines["catboost"]["per_task"]:
-            ours = np.mean([next(iter(r["results"].values()))[scope]["per_task"][task] for r in records])
-            others = {name: b["per_task"][task] for name, b in baselines.items()}
-            rows.append((best[task], ours, others["catboost"], others["logistic_regression"], max(others.values())))
+    records, tasks = recipe_and_baselines()
+    rows = [(best[task], ours, b["catboost"], b["logistic_regression"], max(b.values())) for task, ours, b in tasks]
     rows = np.array(rows)
     print(f"\nThe recipe ({len(records)} score records) by the real task's best single column:\n"
           "| best column | tasks | recipe | - CatBoost | - logistic regression | - the task's best baseline |\n"

@@ -50,16 +50,23 @@ def prior_aucs(dump, ckpt):
     return {name: np.array([v for v in values if v is not None]) for name, values in out.items()}
 
 
-def real_aucs():
+def recipe_and_baselines():
+    """(the recipe's eight 10-minute score records, [(task, its mean ROC AUC over them, {baseline: ROC AUC})])."""
     records = [json.load(open(p)) for p in sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-600s.json"))
                + sorted(glob.glob(f"{H100}/*/score-recipe-s[2-7]-600s.json"))]
-    model, logistic = [], []
+    rows = []
     for scope in ("suite", "heldout"):
-        cache = json.load(open(f"data/baselines-{scope}.json"))["results"]["logistic_regression"]["per_task"]
-        for task in cache:
-            model.append(np.mean([next(iter(r["results"].values()))[scope]["per_task"][task] for r in records]))
-            logistic.append(cache[task])
-    return {"model": np.array(model), "logistic_regression": np.array(logistic)}, len(records)
+        baselines = json.load(open(f"data/baselines-{scope}.json"))["results"]
+        for task in baselines["catboost"]["per_task"]:
+            ours = np.mean([next(iter(r["results"].values()))[scope]["per_task"][task] for r in records])
+            rows.append((task, ours, {name: b["per_task"][task] for name, b in baselines.items()}))
+    return records, rows
+
+
+def real_aucs():
+    records, rows = recipe_and_baselines()
+    return {"model": np.array([ours for _, ours, _ in rows]),
+            "logistic_regression": np.array([b["logistic_regression"] for _, _, b in rows])}, len(records)
 
 
 def row(label, aucs):

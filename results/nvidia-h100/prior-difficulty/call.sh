@@ -16,7 +16,6 @@
 # Commands (<= 600 s each; issue each as soon as the last returns; carry the 4 suite/baseline caches and .whl):
 #   bash call.sh start; bash call.sh wait; bash call.sh finish
 BUDGET=${BUDGET:-600}; LONG=${LONG:-1200}
-DEADLINE=$((2 * BUDGET + 390))
 declare -A DUMPS=([quiet1]="--noise-scale 0.1" [proxy2]="--proxy-share 0.2")
 declare -A FLAGS=([quiet1]="--data /tmp/d/quiet1.h5" [proxy2]="--data /tmp/d/proxy2.h5")
 
