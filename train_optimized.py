@@ -5,7 +5,6 @@
 """
 import argparse
 import contextlib
-import copy
 import os
 import sys
 
@@ -76,10 +75,10 @@ def build_parser():
 
 def given_flags(parser, argv) -> set:
     """The dests of the flags on the command line, a value equal to the default included (`--lr 4e-3`)."""
-    probe = copy.deepcopy(parser)
-    for action in probe._actions:
-        action.default = argparse.SUPPRESS
-    return set(vars(probe.parse_args(argv)))
+    unset = object()   # argparse sets a default only where the namespace lacks the dest
+    dests = vars(parser.parse_args([]))
+    parsed = parser.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(dests, unset)))
+    return {dest for dest, value in vars(parsed).items() if value is not unset}
 
 
 def apply_recipe(args, given: set, on_cuda: bool) -> list:
