@@ -11,7 +11,11 @@ class UsageError(ValueError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the repository's error style: one line, no usage block, exit status 2."""
+    """argparse with the repository's error style: one line, no usage block, exit status 2; flags spelled out in full
+    (an abbreviation would change meaning when a longer flag is added, and quality.curve_runs reads flags by name)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
         print(f"error: {message}", file=sys.stderr)

@@ -141,6 +141,9 @@ def test_curve_runs_train_each_model_the_recipe_picks_once():
     assert quality.curve_runs([0.5], []) == {"small": [30]}
     assert quality.curve_runs([30, 1], ["--model-preset", "small"]) == {"given": [60, 1800]}
     assert quality.curve_runs([10], ["--model-preset=large", "--lr", "1e-3"]) == {"given": [600]}
+    import train_optimized
+    with pytest.raises(SystemExit):   # no abbreviations: the name check above sees every way to pick a preset
+        train_optimized.build_parser().parse_args(["--model-pre", "large"])
 
 
 def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(caches, tmp_path, capsys):
