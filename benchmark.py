@@ -20,7 +20,7 @@ import bench_report as br
 from profile_utils import format_ms
 from runtime import ArgumentParser, UsageError, fail, resolve_device
 from safe_io import OutputError, check_outputs, write_json_atomic
-from train import EVAL_SUITES
+from evaluation import EVAL_SUITES
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 

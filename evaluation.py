@@ -28,6 +28,7 @@ BASELINES_PATHS = {"suite": os.path.join(DATA, "baselines-suite.json"),
                    "heldout": os.path.join(DATA, "baselines-heldout.json")}
 BASELINES_PATH = BASELINES_PATHS["suite"]
 BASELINE_PACKAGES = ("scikit-learn", "lightgbm", "xgboost-cpu", "xgboost", "catboost", "numpy", "scipy")
+EVAL_SUITES = ("toy", "real", "real-all")   # train.py --eval-suite: sklearn toy tables, the real suite (1 or all splits)
 MIN_PROBABILITY = 1e-15     # log loss clips a predicted probability of the true class here
 
 
@@ -298,6 +299,20 @@ def make_suite_eval(tasks=None, splits_per_task: int = 1, baselines_path: str = 
     baselines = baseline_scores(tasks, baselines_path, splits_per_task)
     run = functools.partial(suite_eval, tasks=tasks, baselines=baselines, splits_per_task=splits_per_task)
     run.baselines = baselines
+    return run
+
+
+def suite_by_name(name: str):
+    """classifier -> scores on an EVAL_SUITES suite, loaded before the clock starts; .reference(scores) gives
+    (name, scores) of the suite's reference baseline (toy: the Random Forest; real: the best on ours' splits)."""
+    if name in ("real", "real-all"):
+        run = make_suite_eval(splits_per_task=1 if name == "real" else None)
+        run.reference = lambda scores: max(((n, {"roc_auc": v, "rank": scores["baselines_rank"][n]}) for n, v in
+                                            scores["baselines_roc_auc"].items()), key=lambda item: item[1]["roc_auc"])
+        return run
+    splits = eval_splits()
+    run = functools.partial(evaluate, splits=splits)
+    run.reference = lambda _: ("random forest", evaluate(RandomForestReference(), splits))
     return run
 
 

@@ -4,7 +4,6 @@ As upstream (automl/nanoTabPFN): an h5py read per step, a synchronous `.to(devic
 grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds flags; all off, it is this loop.
 """
 import contextlib
-import functools
 import gc
 import hashlib
 import math
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 
 from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
                         save_checkpoint, save_times, set_rng_state)
+import evaluation
 from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line, open_dump
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
@@ -33,7 +33,6 @@ from safe_io import OutputError, check_outputs, hold_lock, write_json_atomic
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
 # The toy tasks (a smoke check), the real-data suite's first split per task, or all its splits.
-EVAL_SUITES = ("toy", "real", "real-all")
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
 
 
@@ -88,7 +87,7 @@ class TrainConfig:
     eval_every: str = _flag("0", "evaluate every N steps or Ns seconds of training, clock paused (0: only at the "
                                  "end)", type=eval_every_flag)
     eval_suite: str = _flag("toy", "toy: four sklearn tasks (a smoke check); real: 1 split of each real-data task; "
-                                   "real-all: all of its splits", choices=EVAL_SUITES)
+                                   "real-all: all of its splits", choices=evaluation.EVAL_SUITES)
     log_every: int = _flag(25, "one log line every N steps", type=positive_int)
     timing_warmup: int = _flag(5, "first N steps excluded from the timing statistics", type=nonnegative_int)
     no_eval: bool = _flag(False, "skip the final evaluation", action="store_true")
@@ -341,10 +340,9 @@ class _Run:
         if at_log and self.losses.values:
             self._log(step)
         if at_eval and self.eval_fn is not None:
-            from evaluation import format_scores
             scores = self.eval_fn(self.model, self.optimizer)
             self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
-            print(f"eval   {step:6d} " + format_scores("", scores).strip())
+            print(f"eval   {step:6d} " + evaluation.format_scores("", scores).strip())
             self.scalar("eval/roc_auc", scores["roc_auc"], step)
         while at_time and self.save_times and self.clock.train_seconds >= self.save_times[0]:   # each time passed
             seconds = self.save_times.pop(0)
@@ -633,7 +631,7 @@ def _execute(session: Session) -> int:
         inductor.coordinate_descent_tuning = True
     if c.compile and not c.cuda_graphs:     # the graphed step compiles forward_padded itself
         model = torch.compile(model)
-    suite = None if (c.no_eval or session.rank != 0) else eval_suite(c.eval_suite)
+    suite = None if (c.no_eval or session.rank != 0) else evaluation.suite_by_name(c.eval_suite)
     eval_fn = (lambda m, opt: suite(eval_classifier(m, inference_state_dict(m, opt), device))) if suite else None
     scalars = None
     if session.rank == 0 and c.tensorboard:
@@ -666,21 +664,6 @@ def _execute(session: Session) -> int:
     return {"SIGINT": 130, "SIGTERM": 143}.get(result.stopped_by, 0)
 
 
-def eval_suite(name: str):
-    """classifier -> scores on an EVAL_SUITES suite, loaded before the clock starts; .reference(scores) gives
-    (name, scores) of the suite's reference baseline (toy: the Random Forest; real: the best on ours' splits)."""
-    import evaluation
-    if name in ("real", "real-all"):
-        run = evaluation.make_suite_eval(splits_per_task=1 if name == "real" else None)
-        run.reference = lambda scores: max(((n, {"roc_auc": v, "rank": scores["baselines_rank"][n]}) for n, v in
-                                            scores["baselines_roc_auc"].items()), key=lambda item: item[1]["roc_auc"])
-        return run
-    splits = evaluation.eval_splits()
-    run = functools.partial(evaluation.evaluate, splits=splits)
-    run.reference = lambda _: ("random forest", evaluation.evaluate(evaluation.RandomForestReference(), splits))
-    return run
-
-
 def eval_classifier(model, state_dict: dict, device):
     """A classifier on an fp32 copy of the weights with the attention kernel left to PyTorch (a kernel pinned
     for the bf16 step may have no fp32 form; the kernel never changes the math)."""
@@ -694,7 +677,6 @@ def eval_classifier(model, state_dict: dict, device):
 
 def _report(session, result, scores, reference):
     """The final lines on stdout (rank 0 prints) and the JSON run record (rank 0 writes)."""
-    from evaluation import format_scores
     c, info, timing, diagnosis = session.config, session.info, result.timing, diagnose(result.timing)
     own = {"rank": session.rank, "step_ms_median": timing["step"]["median"],
            "batch_fingerprints": result.batch_fingerprints, "param_sha256": parameter_digest(session.model),
@@ -718,8 +700,8 @@ def _report(session, result, scores, reference):
           f"peak GPU memory {peak} | final loss {'n/a' if final_loss is None else f'{final_loss:.4f}'}")
     print(f"diagnosis: {diagnosis}")
     if scores is not None:
-        print(format_scores("nanoTabPFN", scores))
-        print(format_scores(*reference))
+        print(evaluation.format_scores("nanoTabPFN", scores))
+        print(evaluation.format_scores(*reference))
     if not c.record or session.rank != 0:
         return
     global_batch, step_ms = c.batch_size * session.world_size, step["median"] or 0

@@ -633,14 +633,13 @@ def test_eval_every_takes_steps_or_seconds():
 @pytest.mark.parametrize("suite, splits", [("real", 1), ("real-all", None)])
 def test_eval_suite_real_picks_the_splits_per_task(suite, splits, monkeypatch):
     import evaluation
-    import train
     asked = []
 
     def fake_make_suite_eval(splits_per_task):
         asked.append(splits_per_task)
         return lambda classifier: {}
     monkeypatch.setattr(evaluation, "make_suite_eval", fake_make_suite_eval)
-    assert callable(train.eval_suite(suite).reference) and asked == [splits]
+    assert callable(evaluation.suite_by_name(suite).reference) and asked == [splits]
 
 
 def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path, capsys):
