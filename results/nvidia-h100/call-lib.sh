@@ -21,18 +21,20 @@ mkdir -p $W $CK $D
 elapsed() { echo $(( $(date +%s) - $(cat $W/T0) )); }
 run() {  # gpu name seed budget flags...: train, then score every --save-at checkpoint and the last one.
          # FROM=S run ...: resume NAME's checkpoint (S seconds trained) to budget; log, record and score its end only
-  local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT tag=$2 from=${FROM:-0}; shift 4
+         # GPU as a list (0,1): torchrun over those GPUs; scored on the first
+  local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT tag=$2 from=${FROM:-0} launch=python; shift 4
   [ $budget -gt $BUDGET ] && save_at=$SAVE_AT,$BUDGET
   local keep=(--save-at $save_at)
   [ $from -gt 0 ] && { keep=(--resume); save_at=""; tag=$name-${budget}s; }
-  CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$gpu timeout $((budget - from + 240)) python \
+  [[ $gpu == *,* ]] && launch="torchrun --standalone --nproc_per_node $(( $(tr -cd , <<< $gpu | wc -c) + 1 ))"
+  CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-${gpu//,/} timeout $((budget - from + 240)) $launch \
     train_optimized.py --recipe real-tables --data $D/real512.h5 "$@" --seed $seed --time-budget $budget "${keep[@]}" \
     --no-eval --log-every 500 --ckpt $CK/$name.pt --record $W/$tag.json $DRY > $W/$tag.log 2>&1
   echo "$tag exit $? at $(elapsed)s: $(grep -E 'done:|rror' $W/$tag.log | tail -1 | cut -c1-220)" >> $W/train.txt
   for seconds in ${save_at//,/ } $budget; do
     local ckpt=$CK/$name-${seconds}s.pt; [ $seconds = $budget ] && ckpt=$CK/$name.pt
     [ -e $ckpt ] || continue
-    CUDA_VISIBLE_DEVICES=$gpu python quality.py score --device $DEV --splits 5 --minutes $(python -c "print($seconds/60)") \
+    CUDA_VISIBLE_DEVICES=${gpu%%,*} python quality.py score --device $DEV --splits 5 --minutes $(python -c "print($seconds/60)") \
       --seed $seed --out $W/score-$name-${seconds}s.json ${name%%-s[0-9]*}=$ckpt > $W/score-$name-${seconds}s.log 2>&1
     echo "scored $name at ${seconds}s ($(elapsed)s): $(tail -1 $W/score-$name-${seconds}s.log)" >> $W/train.txt
   done
