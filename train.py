@@ -261,6 +261,9 @@ class _Run:
     stalled_at: int | None = None
     best_window: float = math.inf   # the lowest mean loss over STALLED_STEPS steps so far (loss_health)
     updating: bool = False   # inside optimizer.step(): weights may be half updated
+    paced_at: tuple | None = None   # under torchrun: (step, training seconds) at the last sync, and the plan made there
+    planned_budget: int | None = None
+    planned_save: int | None = None
 
     def __post_init__(self):
         self.total = self.config.steps or UPSTREAM_STEPS
@@ -321,18 +324,12 @@ class _Run:
         if self.eval_seconds > 0 and at_log:
             at_eval = self.clock.elapsed() >= self.eval_seconds * (len(self.history) + 1)
         at_save = bool(c.ckpt) and c.save_every > 0 and step % c.save_every == 0
-        # --save-at: at the first step past each time on one process; under torchrun at the first log point past it,
-        # where the ranks sync anyway (the loss flush is a collective, and their clocks differ)
-        at_time = ((at_log or self.world_size == 1) and bool(self.save_times)
-                   and self.clock.elapsed() >= self.save_times[0])
         due = at_log or at_eval or at_save
         stop_now, budget_hit = self.stop.requested is not None, self.clock.over_budget()
-        if self.world_size > 1 and due:   # every rank stops at the same step: they agree (MAX) where they sync
-            agreed = torch.tensor([float(stop_now), float(budget_hit)], device=self.device)
-            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
-            stop_now, budget_hit = (bool(v > 0) for v in agreed)
-        elif self.world_size > 1:
-            stop_now = budget_hit = False
+        at_time = bool(self.save_times) and self.clock.elapsed() >= self.save_times[0]   # --save-at: first step past
+        if self.world_size > 1:   # the loss flush is a collective: every rank takes the same branch at each step
+            at_time, budget_hit, stop_now = self._agree(step, due or (step & (step - 1)) == 0, at_time, budget_hit,
+                                                        stop_now)
         if not (due or at_time or stop_now or budget_hit):
             return False
         self.losses.flush()                 # raises NonFiniteLoss before anything is saved
@@ -344,8 +341,9 @@ class _Run:
             self.history.append({"step": step, "train_seconds": self.clock.train_seconds, "scores": scores})
             print(f"eval   {step:6d} " + evaluation.format_scores("", scores).strip())
             self.scalar("eval/roc_auc", scores["roc_auc"], step)
-        while at_time and self.save_times and self.clock.train_seconds >= self.save_times[0]:   # each time passed
-            seconds = self.save_times.pop(0)
+        planned = at_time and self.world_size > 1   # the ranks planned this step for the next time
+        while at_time and self.save_times and (planned or self.clock.train_seconds >= self.save_times[0]):
+            seconds, planned = self.save_times.pop(0), False
             self.save(step, f"--save-at {seconds:g}, {self.clock.train_seconds:.0f} s", save_at_path(c.ckpt, seconds))
         if at_save:
             self.save(step, f"every {c.save_every} steps")
@@ -356,6 +354,25 @@ class _Run:
             print(f"time budget of {c.time_budget:.0f} s reached at step {step}")
         self.clock.resume()
         return stop_now or budget_hit
+
+    def _agree(self, step, sync, at_time, budget_hit, stop_now):
+        """Under torchrun, where the ranks sync (due points and each power of two) they agree (MAX) on a stop, the
+        budget and a passed --save-at time, and plan the steps at which the budget and the next --save-at time pass,
+        from the pace since the last sync (the rank that gets there first). Between syncs they follow the plan."""
+        if not sync:
+            return step == self.planned_save, step == self.planned_budget, False
+        elapsed, never = self.clock.elapsed(), 1e18
+        last_step, last_elapsed = self.paced_at or (step, elapsed)
+        pace, self.paced_at = (elapsed - last_elapsed) / max(step - last_step, 1), (step, elapsed)
+        targets = (self.config.time_budget or never, self.save_times[0] if self.save_times else never)
+        steps_to = [(t - elapsed) / pace if pace > 0 and t < never else never for t in targets]
+        agreed = torch.tensor([float(stop_now), float(budget_hit), float(at_time), -steps_to[0], -steps_to[1]],
+                              dtype=torch.float64, device=self.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)   # a small host sync at each such step
+        stop_now, budget_hit, at_time, to_budget, to_save = agreed.tolist()
+        self.planned_budget, self.planned_save = (step + max(1, math.ceil(-v)) if -v < never else None
+                                                  for v in (to_budget, to_save))
+        return at_time > 0, budget_hit > 0, stop_now > 0
 
     def _log(self, step):
         """The log line (`step | loss | step ms | data ms | progress | ETA`), its scalars, and the stall warning."""

@@ -268,6 +268,24 @@ def test_ddp_gloo_two_ranks_disjoint_data_identical_parameters(dump, tmp_path):
     assert [e["step"] for e in rec["eval_history"]] == [2, 4, 6]  # evals mid-run did not desync the ranks
 
 
+def test_ddp_time_budget_and_save_at_land_between_log_points(dump, tmp_path):
+    """Under torchrun the ranks plan the steps at which the budget and a --save-at time pass, so both land near
+    their time with no log point in the run (before: at the first log point past them, here never)."""
+    rec_path, ckpt = tmp_path / "ddp.json", tmp_path / "c.pt"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "train_optimized.py", "--data", dump, "--batch-size", "4", "--device", "cpu",
+                        "--time-budget", "4", "--save-at", "2", "--log-every", "100000", "--no-eval",
+                        "--timing-warmup", "0", "--ckpt", str(ckpt), "--record", str(rec_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    rec = json.loads(rec_path.read_text())["extra"]
+    assert 3.5 <= rec["train_seconds"] < 8 and rec["steps_done"] < 100000
+    r0, r1 = rec["per_rank"]
+    assert r0["param_sha256"] == r1["param_sha256"]
+    saved = torch.load(tmp_path / "c-2s.pt", map_location="cpu", weights_only=False)["train_state"]
+    assert 1.5 <= saved["train_seconds"] < 4
+
+
 def test_fused_schedule_free_matches_the_package():
     import schedulefree
     from graphed_step import FusedScheduleFreeAdamW
