@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
                         save_checkpoint, save_times, set_rng_state)
-import evaluation
 from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line, open_dump
+import evaluation
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader
 from loss_health import learning_warning
@@ -32,7 +32,6 @@ from safe_io import OutputError, check_outputs, hold_lock, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
 CPU_DEFAULT_BUDGET = 90.0  # seconds of training for a CPU run that names neither --steps nor --time-budget
-# The toy tasks (a smoke check), the real-data suite's first split per task, or all its splits.
 NO_OPTIMIZATIONS = "optimizations: none (the baseline: h5py read per step, synchronous .to(), loss.item() every step)"
 
 
