@@ -1,7 +1,7 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
 Missing values, constant/duplicate columns, id-like columns and composite keys, long and wide tables and any sortable
-labels are handled from the training rows; ensemble member k quantile-normalises for k odd and shifts the class
+labels are handled from the training rows, and a linear model's decision values join the columns; ensemble member k quantile-normalises for k odd and shifts the class
 indices by k // 2 mod K (the view changes first, so a multiclass table's first members see both views)."""
 import contextlib
 import math
@@ -35,6 +35,10 @@ ID_SMOOTHING = 1.0          # label frequencies are shrunk toward the training p
 # ID_MIN_LEVELS..ID_MAX_SHARE distinct keys, KEY_MIN_SHARE rows with a partner, a gain of KEY_MIN_GAIN
 # (results/cpu-2core/inference-levers/composite-keys).
 KEY_MAX_COLUMNS, KEY_MIN_SHARE, KEY_MIN_GAIN = 6, 0.2, 0.3
+# The linear columns: logistic regression's decision values, out of LINEAR_FOLDS folds on the training rows (a row's
+# value never comes from a fit that saw its label) and from the fit on all of them for the test rows
+# (results/cpu-2core/inference-levers/linear-feature).
+LINEAR_FOLDS = 5
 
 
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
@@ -189,6 +193,34 @@ def _find_key(X: np.ndarray, y: np.ndarray, num_classes: int) -> list | None:
     return key if len(key) >= 2 and best[1] >= KEY_MIN_SHARE and best[2] >= KEY_MIN_GAIN else None
 
 
+def _linear_model():
+    """Logistic regression as the baseline runs it: mean fill + missing indicators, standardised, C = 1."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    return make_pipeline(SimpleImputer(add_indicator=True), StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+
+
+def _decision(linear, X: np.ndarray) -> np.ndarray:
+    """(n, 1) class 1's logit for two classes, (n, K) for more."""
+    values = linear.decision_function(X)
+    return values[:, None] if values.ndim == 1 else values
+
+
+def _out_of_fold_decision(X: np.ndarray, y: np.ndarray, linear, seed: int) -> np.ndarray:
+    """Each training row's decision values from a fit on the other folds (stratified, so every fit sees every
+    class); the full fit's where a class has a single row."""
+    from sklearn.model_selection import StratifiedKFold
+    folds = min(LINEAR_FOLDS, int(np.bincount(y).min()))
+    if folds < 2:
+        return _decision(linear, X)
+    values = np.zeros((len(y), _decision(linear, X[:1]).shape[1]))
+    for fit_rows, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
+        values[held] = _decision(_linear_model().fit(X[fit_rows], y[fit_rows]), X[held])
+    return values
+
+
 def _label_frequencies(column, values, counts, prior, own_labels=None) -> np.ndarray:
     """Smoothed label frequencies (m, K) of the training rows sharing each row's value (the prior where none);
     own_labels (training rows): each row's own label left out."""
@@ -207,11 +239,13 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets;
     id_encoding adds to each id-like column whose repeated values share labels (ID_*), and to one composite key of
     several columns that names an entity (KEY_*), the leave-one-out label frequencies of its value's training rows,
-    as CatBoost's target statistics do for categories."""
+    as CatBoost's target statistics do for categories; linear_columns appends logistic regression's decision values
+    (out of fold on the training rows, LINEAR_FOLDS)."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
-                 missing: str = "mean", autocast: str = "off", random_state: int = 0, id_encoding: bool = True):
+                 missing: str = "mean", autocast: str = "off", random_state: int = 0, id_encoding: bool = True,
+                 linear_columns: bool = True):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators
@@ -221,6 +255,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         self.autocast = autocast
         self.random_state = random_state
         self.id_encoding = id_encoding
+        self.linear_columns = linear_columns
 
     @classmethod
     def from_checkpoint(cls, path, device=None, **params) -> "NanoTabPFNClassifier":
@@ -231,8 +266,9 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
-        if not isinstance(self.id_encoding, (bool, np.bool_)):
-            raise ValueError(f"id_encoding must be True or False, got {self.id_encoding!r}")
+        for name in ("id_encoding", "linear_columns"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.autocast not in AUTOCASTS:
             raise ValueError(f"autocast must be one of {AUTOCASTS}, got {self.autocast!r}")
         for name in ("n_estimators", "max_train_rows"):
@@ -260,6 +296,12 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
                           f"{self.max_train_rows}; using a stratified subsample of {len(keep)}", stacklevel=2)
             X, y = X[keep], y[keep]
         self.n_features_in_, self.classes_, self.y_train_ = X.shape[1], classes, y
+        self.linear_ = None
+        if self.linear_columns:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # a linear fit that stops at max_iter, or a column with no values
+                self.linear_ = _linear_model().fit(X, y)
+                X = np.concatenate([X, _out_of_fold_decision(X, y, self.linear_, self.random_state)], axis=1)
         groups = [_id_groups(X[:, j], y, len(classes)) if self.id_encoding else None for j in range(X.shape[1])]
         self.id_columns_ = [j for j, g in enumerate(groups) if g is not None]
         self.id_groups_ = [groups[j] for j in self.id_columns_]
@@ -339,6 +381,10 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but NanoTabPFNClassifier is expecting "
                              f"{self.n_features_in_} features as input (X_test vs fit)")
+        if self.linear_ is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                X = np.concatenate([X, _decision(self.linear_, X)], axis=1)
         X = self._standardize(self._clean(self._with_id_frequencies(X)))
         device = torch.device(self.device) if self.device is not None else next(self.model.parameters()).device
         was_training = self.model.to(device).training

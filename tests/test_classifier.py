@@ -1,6 +1,7 @@
 """classifier.py: real input (NaN, inf, constant/duplicate columns, wide and long tables, any labels),
 one-line errors, ensembling, sklearn conventions, and from_checkpoint on good, old and bad files."""
 import dataclasses
+import functools
 import os
 import pickle
 import warnings
@@ -13,6 +14,8 @@ import classifier as C
 from classifier import NanoTabPFNClassifier
 from model import ModelConfig, NanoTabPFNModel
 
+# Tests of the other mechanisms see only the columns those give; the linear columns have their own test.
+Plain = functools.partial(NanoTabPFNClassifier, linear_columns=False)
 SMALL = dict(embedding_size=16, num_attention_heads=4, mlp_hidden_size=24, num_layers=2, num_outputs=3)
 
 
@@ -43,7 +46,7 @@ def one_line_error(exc_type, fn, *args, match=None):
 
 def test_shapes_probabilities_and_mode():
     model = make_model(10)
-    clf = NanoTabPFNClassifier(model, n_estimators=1)
+    clf = Plain(model, n_estimators=1)
     X_train, y_train, X_test, _ = toy_data(num_classes=2)
     assert clf.fit(X_train, y_train) is clf
     model.train()
@@ -67,7 +70,7 @@ def test_ensemble_averages_class_rotations():
     model = make_model(3, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=4)
     def members(n, labels):
-        return NanoTabPFNClassifier(model, n_estimators=n).fit(X_train, labels).predict_proba(X_test)
+        return Plain(model, n_estimators=n).fit(X_train, labels).predict_proba(X_test)
     one, flipped = members(1, y_train), members(1, 1 - y_train)[:, ::-1]
     assert not np.allclose(one, flipped, atol=1e-3)        # the rotation is a different member
     two = members(2, y_train)                              # the quantile view joins before any rotation
@@ -84,7 +87,7 @@ def test_a_10_output_model_on_2_to_10_classes():
     model = make_model(30, num_outputs=10)
     for num_classes in (2, 3, 10):
         X_train, y_train, X_test, _ = toy_data(n_train=60, num_classes=num_classes, seed=num_classes)
-        one = NanoTabPFNClassifier(model, n_estimators=1).fit(X_train, y_train)
+        one = Plain(model, n_estimators=1).fit(X_train, y_train)
         proba = one.predict_proba(X_test)
         assert proba.shape == (15, num_classes) and (proba >= 0).all()
         np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-5)
@@ -95,21 +98,21 @@ def test_a_10_output_model_on_2_to_10_classes():
             logits = model((x, torch.from_numpy(y_train.astype(np.float32))[None]), len(X_train))[0]
         np.testing.assert_allclose(proba, logits[:, :num_classes].softmax(-1).numpy(), rtol=1e-4, atol=1e-5)
         # All K shifts: relabelling y -> y + 1 mod K only moves the columns.
-        full = NanoTabPFNClassifier(model, n_estimators=2 * num_classes).fit(X_train, y_train).predict_proba(X_test)
-        moved = NanoTabPFNClassifier(model, n_estimators=2 * num_classes).fit(X_train, (y_train + 1) % num_classes)
+        full = Plain(model, n_estimators=2 * num_classes).fit(X_train, y_train).predict_proba(X_test)
+        moved = Plain(model, n_estimators=2 * num_classes).fit(X_train, (y_train + 1) % num_classes)
         np.testing.assert_allclose(moved.predict_proba(X_test), np.roll(full, 1, axis=1), rtol=1e-4, atol=1e-6)
         assert not np.allclose(full, proba, atol=1e-4)                 # the shifted members differ
     names = np.array(["ant", "bee", "cat", "dog", "eel"])
     X_train, y_train, X_test, _ = toy_data(n_train=50, num_classes=5, seed=5)
     order = np.array([3, 0, 4, 1, 2])                                  # names given out of sorted order
-    named = NanoTabPFNClassifier(model).fit(X_train, names[order][y_train])
-    plain = NanoTabPFNClassifier(model).fit(X_train, order[y_train])
+    named = Plain(model).fit(X_train, names[order][y_train])
+    plain = Plain(model).fit(X_train, order[y_train])
     np.testing.assert_array_equal(named.classes_, names)
     np.testing.assert_allclose(named.predict_proba(X_test), plain.predict_proba(X_test), rtol=0, atol=0)
     np.testing.assert_array_equal(named.predict(X_test), names[plain.predict(X_test)])
     eleven = toy_data(n_train=55, num_classes=11)
-    one_line_error(ValueError, NanoTabPFNClassifier(model).fit, eleven[0], eleven[1], match="11 classes.*at most 10")
-    binary = NanoTabPFNClassifier(make_model(31, num_outputs=2))
+    one_line_error(ValueError, Plain(model).fit, eleven[0], eleven[1], match="11 classes.*at most 10")
+    binary = Plain(make_model(31, num_outputs=2))
     message = one_line_error(ValueError, binary.fit, X_train, y_train, match="5 classes.*at most 2")
     assert "Only binary" in message
 
@@ -150,7 +153,7 @@ def test_nan_and_inf_are_missing_values():
     X_train[rng.random(X_train.shape) < 0.2] = np.nan
     X_test[rng.random(X_test.shape) < 0.2] = np.nan
     for missing in ("mean", "indicator"):
-        clf = NanoTabPFNClassifier(model, missing=missing).fit(X_train, y_train)
+        clf = Plain(model, missing=missing).fit(X_train, y_train)
         proba = clf.predict_proba(X_test)
         assert np.isfinite(proba).all() and proba.shape == (15, 2)
         assert clf.X_train_.shape[1] == (4 if missing == "mean" else 8)   # one indicator per column with NaN
@@ -160,20 +163,20 @@ def test_nan_and_inf_are_missing_values():
         np.testing.assert_allclose(clf.predict_proba(with_inf), proba, rtol=0, atol=0)   # ±inf == NaN
     huge = X_test.copy()
     huge[:, 0] = 1e39            # finite in float64, infinite in float32: still a finite prediction
-    assert np.isfinite(NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(huge)).all()
+    assert np.isfinite(Plain(model).fit(X_train, y_train).predict_proba(huge)).all()
     all_missing = np.full_like(X_test, np.nan)
-    assert np.isfinite(NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(all_missing)).all()
+    assert np.isfinite(Plain(model).fit(X_train, y_train).predict_proba(all_missing)).all()
 
 
 def test_constant_and_duplicate_columns_are_dropped():
     model = make_model(13, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(seed=5)
-    expected = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    expected = Plain(model).fit(X_train, y_train).predict_proba(X_test)
     widen = lambda X: np.column_stack([np.full(len(X), 7.0), X, X[:, 1], np.full(len(X), np.nan)])
-    clf = NanoTabPFNClassifier(model).fit(widen(X_train), y_train)
+    clf = Plain(model).fit(widen(X_train), y_train)
     np.testing.assert_array_equal(clf.kept_columns_, [1, 2, 3, 4])
     np.testing.assert_allclose(clf.predict_proba(widen(X_test)), expected, rtol=1e-6, atol=1e-7)
-    constant = NanoTabPFNClassifier(model).fit(np.ones((20, 3)), y_train[:20])   # nothing informative
+    constant = Plain(model).fit(np.ones((20, 3)), y_train[:20])   # nothing informative
     proba = constant.predict_proba(np.ones((5, 3)))
     assert np.isfinite(proba).all() and np.allclose(proba, proba[0])
 
@@ -192,7 +195,7 @@ def grouped_table(num_classes, seed=0, subjects=30, rows_each=4):
 def test_id_columns_get_leave_one_out_label_frequencies():
     X, y = grouped_table(num_classes=2)
     X_train, y_train, X_test = X[:80], y[:80], X[80:]
-    clf = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X_train, y_train)
+    clf = Plain(make_model(17, num_outputs=2)).fit(X_train, y_train)
     assert clf.id_columns_ == [0] and clf.n_features_in_ == 3         # the id, not the age-like column
     prior = np.bincount(y_train) / len(y_train)
     added = clf._with_id_frequencies(X_train, own_labels=y_train)
@@ -207,15 +210,15 @@ def test_id_columns_get_leave_one_out_label_frequencies():
     assert test_added[1, 3] == pytest.approx(prior[1]) and test_added[2, 3] == pytest.approx(prior[1])
     proba = clf.predict_proba(X_test)
     assert proba.shape == (len(X_test), 2) and np.isfinite(proba).all()
-    off = NanoTabPFNClassifier(make_model(17, num_outputs=2), id_encoding=False).fit(X_train, y_train)
+    off = Plain(make_model(17, num_outputs=2), id_encoding=False).fit(X_train, y_train)
     assert off.id_columns_ == [] and off.X_train_.shape[1] == 3
-    shuffled = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X_train, np.random.default_rng(1).permutation(
+    shuffled = Plain(make_model(17, num_outputs=2)).fit(X_train, np.random.default_rng(1).permutation(
         y_train))
     assert shuffled.id_columns_ == []                                    # ids whose labels differ: left alone
     X3, y3 = grouped_table(num_classes=3, seed=2)
-    three = NanoTabPFNClassifier(make_model(18)).fit(X3[:90], y3[:90])
+    three = Plain(make_model(18)).fit(X3[:90], y3[:90])
     assert three.id_columns_ == [0] and three.X_train_.shape[1] == 3 + 3   # one frequency per class
-    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, id_encoding="yes").fit, X_train, y_train,
+    one_line_error(ValueError, Plain(clf.model, id_encoding="yes").fit, X_train, y_train,
                    match="id_encoding")
 
 
@@ -230,7 +233,7 @@ def test_a_composite_key_gets_leave_one_out_label_frequencies():
     y = label[rows]
     order = rng.permutation(120)
     X, y = X[order], y[order]
-    clf = NanoTabPFNClassifier(make_model(17, num_outputs=2)).fit(X[:100], y[:100])
+    clf = Plain(make_model(17, num_outputs=2)).fit(X[:100], y[:100])
     assert clf.id_columns_ == [] and sorted(clf.key_columns_) == [0, 1] and clf.X_train_.shape[1] == 5
     prior = np.bincount(y[:100]) / 100
     added = clf._with_id_frequencies(X[:100], own_labels=y[:100])
@@ -241,22 +244,42 @@ def test_a_composite_key_gets_leave_one_out_label_frequencies():
     unseen = clf._with_id_frequencies(np.array([[99.0, 0, 0, 0], [1.0, np.nan, 0, 0]]))
     assert unseen[:, 4] == pytest.approx([prior[1], prior[1]])         # a key no training row has: the prior
     assert np.isfinite(clf.predict_proba(X[100:])).all()
-    assert NanoTabPFNClassifier(clf.model, id_encoding=False).fit(X[:100], y[:100]).key_columns_ == []
-    shuffled = NanoTabPFNClassifier(clf.model).fit(X[:100], rng.permutation(y[:100]))
+    assert Plain(clf.model, id_encoding=False).fit(X[:100], y[:100]).key_columns_ == []
+    shuffled = Plain(clf.model).fit(X[:100], rng.permutation(y[:100]))
     assert shuffled.key_columns_ == []                                   # keys whose labels differ: left alone
 
 
 def test_wide_tables_use_feature_subsets():
     model = make_model(14, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(features=30, seed=6)
-    clf = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
+    clf = Plain(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
     assert [len(s) for s in clf.feature_subsets_] == [5, 5, 5]
     assert len({tuple(s) for s in clf.feature_subsets_}) == 3
     proba = clf.predict_proba(X_test)
-    again = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
+    again = Plain(model, n_estimators=3, features_per_estimator=5).fit(X_train, y_train)
     np.testing.assert_allclose(again.predict_proba(X_test), proba, rtol=0, atol=0)   # seeded
-    every = NanoTabPFNClassifier(model, n_estimators=3, features_per_estimator=None).fit(X_train, y_train)
+    every = Plain(model, n_estimators=3, features_per_estimator=None).fit(X_train, y_train)
     assert [len(s) for s in every.feature_subsets_] == [30, 30, 30]
+
+
+def test_linear_columns_are_out_of_fold_on_the_training_rows():
+    """Logistic regression's decision values join the columns: out of fold on the training rows, so on labels that
+    are noise they carry no signal there (in-sample values on 30 noise columns would separate the classes), and from
+    the full fit for the test rows; one per class for more than two classes."""
+    from sklearn.metrics import roc_auc_score
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((60, 30)), np.arange(60) % 2
+    clf = NanoTabPFNClassifier(make_model(19, num_outputs=2)).fit(X, y)
+    oof = C._out_of_fold_decision(X, y, clf.linear_, 0)[:, 0]
+    assert roc_auc_score(y, C._decision(clf.linear_, X)[:, 0]) > 0.95 and abs(roc_auc_score(y, oof) - 0.5) < 0.25
+    assert clf.X_train_.shape[1] == 31 and clf.X_train_[:, -1] == pytest.approx((oof - oof.mean()) / oof.std())
+    assert Plain(clf.model).fit(X, y).X_train_.shape[1] == 30
+    X3, y3 = rng.standard_normal((45, 3)), np.arange(45) % 3
+    three = NanoTabPFNClassifier(make_model(20)).fit(X3, y3)
+    assert three.X_train_.shape[1] == 3 + 3 and np.isfinite(three.predict_proba(rng.standard_normal((5, 3)))).all()
+    X3[::7, 1] = np.nan                                                   # missing cells: mean fill + indicator
+    assert np.isfinite(NanoTabPFNClassifier(three.model).fit(X3, y3).predict_proba(X3[:4])).all()
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, linear_columns=1).fit, X, y, match="linear_columns")
 
 
 def test_long_tables_are_subsampled_with_a_warning(monkeypatch):
