@@ -45,3 +45,8 @@ if __name__ == "__main__":
             for n in groups.values()) + " |")
         print(f"| the better of it and the hindsight pick, per task | " + " | ".join(
             f"{np.mean([max(ours[t], oracle[t]) for t in n]):.4f}" for n in groups.values()) + " |")
+        behind = sorted(groups["all"], key=lambda t: ours[t] - oracle[t])[:25]
+        best = [max(baselines, key=lambda name: baselines[name][t]) for t in behind]
+        print(f"|   the 25 tasks it trails the hindsight pick most: its baseline | "
+              + ", ".join(f"{name} {best.count(name)}" for name in sorted(set(best), key=best.count, reverse=True))
+              + " | |")
