@@ -1,8 +1,9 @@
 """NanoTabPFNClassifier: an sklearn-style classifier around a trained NanoTabPFNModel, for real tables.
 
 Missing values, constant/duplicate columns, id-like columns and composite keys, long and wide tables and any sortable
-labels are handled from the training rows, and a linear model's decision values join the columns; ensemble member k quantile-normalises for k odd and shifts the class
-indices by k // 2 mod K (the view changes first, so a multiclass table's first members see both views)."""
+labels are handled from the training rows, and a linear model's decision values join the columns; ensemble member k
+quantile-normalises for k odd and shifts the class indices by k // 2 mod K (the view changes first, so a multiclass
+table's first members see both views)."""
 import contextlib
 import math
 import re
@@ -381,7 +382,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but NanoTabPFNClassifier is expecting "
                              f"{self.n_features_in_} features as input (X_test vs fit)")
-        if self.linear_ is not None:
+        if getattr(self, "linear_", None) is not None:   # None: off, or fitted before the linear columns
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 X = np.concatenate([X, _decision(self.linear_, X)], axis=1)
