@@ -194,13 +194,28 @@ def _find_key(X: np.ndarray, y: np.ndarray, num_classes: int) -> list | None:
     return key if len(key) >= 2 and best[1] >= KEY_MIN_SHARE and best[2] >= KEY_MIN_GAIN else None
 
 
-def _linear_model():
-    """Logistic regression as the baseline runs it: mean fill + missing indicators, standardised, C = 1."""
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-    return make_pipeline(SimpleImputer(add_indicator=True), StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
+class _Linear:
+    """Logistic regression as the baseline runs it (mean fill + missing indicators, standardised, C = 1), with the
+    fill and scaling in numpy: sklearn's pipeline spent 30x the fit's own time checking its input."""
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "_Linear":
+        from sklearn.linear_model import LogisticRegression
+        missing = np.isnan(X)
+        self.kept_ = np.flatnonzero(~missing.all(0))       # as SimpleImputer, a column with no values is dropped
+        self.flagged_ = np.flatnonzero(missing.any(0))     # a missing indicator for each column missing at fit
+        self.fill_ = np.nanmean(X[:, self.kept_], axis=0)
+        Z = self._filled(X)
+        self.mean_, scale = Z.mean(0), Z.std(0)
+        self.scale_ = np.where(scale < 10 * np.finfo(Z.dtype).eps * np.maximum(1, np.abs(self.mean_)), 1.0, scale)
+        self.model_ = LogisticRegression(C=1.0, max_iter=2000).fit((Z - self.mean_) / self.scale_, y)
+        return self
+
+    def _filled(self, X: np.ndarray) -> np.ndarray:
+        filled = np.where(np.isnan(X[:, self.kept_]), self.fill_, X[:, self.kept_])
+        return np.concatenate([filled, np.isnan(X[:, self.flagged_]).astype(X.dtype)], axis=1)
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.model_.decision_function((self._filled(X) - self.mean_) / self.scale_)
 
 
 def _decision(linear, X: np.ndarray) -> np.ndarray:
@@ -218,7 +233,7 @@ def _out_of_fold_decision(X: np.ndarray, y: np.ndarray, linear, seed: int) -> np
         return _decision(linear, X)
     values = np.zeros((len(y), _decision(linear, X[:1]).shape[1]))
     for fit_rows, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
-        values[held] = _decision(_linear_model().fit(X[fit_rows], y[fit_rows]), X[held])
+        values[held] = _decision(_Linear().fit(X[fit_rows], y[fit_rows]), X[held])
     return values
 
 
@@ -301,7 +316,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if self.linear_columns:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # a linear fit that stops at max_iter, or a column with no values
-                self.linear_ = _linear_model().fit(X, y)
+                self.linear_ = _Linear().fit(X, y)
                 X = np.concatenate([X, _out_of_fold_decision(X, y, self.linear_, self.random_state)], axis=1)
         groups = [_id_groups(X[:, j], y, len(classes)) if self.id_encoding else None for j in range(X.shape[1])]
         self.id_columns_ = [j for j, g in enumerate(groups) if g is not None]

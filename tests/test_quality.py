@@ -167,3 +167,19 @@ def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(c
     assert all(r["skipped_tasks"] == {"recipe": ["c/four:multiclass"]} for r in records)   # 3 outputs: 3 classes
     assert "| recipe |" in (out / "curve.md").read_text() and (out / "curve.png").exists()
     assert quality.main(["run", "--minutes", "x", "--out", str(out)]) == 2
+
+
+def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(quality, "LATENCY_ROWS", 60)
+    monkeypatch.setattr(quality, "LATENCY_TEST_ROWS", 40)
+    out = str(tmp_path / "latency.json")
+    assert quality.main(["latency", "--out", out, "--device", "cpu", "--repeats", "2", "--warmup", "1",
+                         checkpoint(tmp_path / "ten.pt", 10)]) == 0
+    record = json.load(open(out))
+    assert [(r["linear_columns"], r["members"]) for r in record["rows"]] == [(False, 1), (False, 4), (True, 1),
+                                                                             (True, 4)]
+    assert all(0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in record["rows"])
+    assert record["table"] == {"train_rows": 60, "features": 20, "test_rows": 40} and record["device"] == "cpu"
+    assert record["config"]["embedding_size"] == 16 and "linear columns on  | 4 member(s)" in capsys.readouterr().out
+    assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
+    assert "--repeats must be >= 1" in capsys.readouterr().err
