@@ -122,7 +122,8 @@ def baselines_markdown(record: dict) -> str:
     return text
 
 
-def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None) -> dict:
+def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
+                      autocast: str = "off") -> dict:
     """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
@@ -132,7 +133,8 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
-        classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators)
+        classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators,
+                                                          autocast=autocast)
         outputs = classifier.model.config.num_outputs
         usable = {w: evaluation.usable_tasks(tasks[w], outputs) for w in SUITES}
         skipped[name] = sorted(t.name for w in SUITES for t in tasks[w] if t.num_classes > outputs)
@@ -146,7 +148,7 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
               flush=True)
     gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
     return {"device": device, "gpu": gpu, "cpu": evaluation.cpu_name(), "torch": torch.__version__,
-            "n_estimators": n_estimators, "splits_per_task": splits,
+            "n_estimators": n_estimators, "autocast": autocast, "splits_per_task": splits,
             "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES}, "rule_version":
             real_data.RULE_VERSION, "checkpoints": dict(pairs), "skipped_tasks": skipped, "summary": summary,
             "results": results}
@@ -285,8 +287,9 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
 
 
 def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
-    """Wall time of NanoTabPFNClassifier.fit + predict_proba on LATENCY_ROWS x LATENCY_FEATURES, for 1 and 4 members
-    with the linear columns off and on: median and 10th-90th percentiles of `repeats` after `warmup` untimed."""
+    """Wall time of NanoTabPFNClassifier.fit + predict_proba on LATENCY_ROWS x LATENCY_FEATURES, for 1 and 4 members,
+    the linear columns off and on, in fp32 and under bf16 autocast: median and 10th-90th percentiles of `repeats`
+    after `warmup` untimed."""
     import torch
 
     from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint
@@ -299,19 +302,21 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     X = rng.normal(size=(LATENCY_ROWS + LATENCY_TEST_ROWS, LATENCY_FEATURES))
     y = (X[:, 0] + rng.normal(size=len(X)) > 0).astype(int)
     rows = []
-    for linear in (False, True):
-        for members in (1, 4):
-            classifier = NanoTabPFNClassifier(model, device=device, n_estimators=members, linear_columns=linear)
-            times = []
-            for i in range(warmup + repeats):
-                start = time.perf_counter()   # predict_proba returns a numpy array: the GPU's work has finished
-                classifier.fit(X[:LATENCY_ROWS], y[:LATENCY_ROWS]).predict_proba(X[LATENCY_ROWS:])
-                times.append(1000 * (time.perf_counter() - start))
-            p10, median, p90 = np.percentile(times[warmup:], [10, 50, 90])
-            rows.append({"linear_columns": linear, "members": members, "median_ms": round(float(median), 2),
-                         "p10_ms": round(float(p10), 2), "p90_ms": round(float(p90), 2)})
-            print(f"linear columns {'on ' if linear else 'off'} | {members} member(s) | median {median:.1f} ms "
-                  f"(p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
+    settings = [(autocast, linear, members) for autocast in ("off", "bf16") for linear in (False, True)
+                for members in (1, 4)]
+    for autocast, linear, members in settings:
+        classifier = NanoTabPFNClassifier(model, device=device, n_estimators=members, linear_columns=linear,
+                                          autocast=autocast)
+        times = []
+        for i in range(warmup + repeats):
+            start = time.perf_counter()   # predict_proba returns a numpy array: the GPU's work has finished
+            classifier.fit(X[:LATENCY_ROWS], y[:LATENCY_ROWS]).predict_proba(X[LATENCY_ROWS:])
+            times.append(1000 * (time.perf_counter() - start))
+        p10, median, p90 = np.percentile(times[warmup:], [10, 50, 90])
+        rows.append({"autocast": autocast, "linear_columns": linear, "members": members, "median_ms":
+                     round(float(median), 2), "p10_ms": round(float(p10), 2), "p90_ms": round(float(p90), 2)})
+        print(f"autocast {autocast:4} | linear columns {'on ' if linear else 'off'} | {members} member(s) | "
+              f"median {median:.1f} ms (p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
     return {"model": checkpoint or "large preset, random weights", "config": model.config.__dict__,
             "device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "cpu": evaluation.cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -332,6 +337,7 @@ def parse_args(argv=None):
     score.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
     score.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
+    score.add_argument("--autocast", choices=("off", "bf16"), default="off", help="NanoTabPFNClassifier's autocast")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT", help="a name and a checkpoint path")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
     curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")
@@ -372,7 +378,7 @@ def main(argv=None) -> int:
             if args.splits is not None and args.splits < 1:
                 return fail(f"--splits must be >= 1, got {args.splits}")
             from profile_utils import git_commit
-            record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators)
+            record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators, autocast=args.autocast)
             write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
                                          **record}, "score record")
         elif args.command == "run":

@@ -78,7 +78,13 @@ def test_score_and_curve(caches, tmp_path, capsys):
                              "--device", "cpu", "--n-estimators", "2", f"ten={ten}", f"two={two}"]) == 0
         records.append(out)
     record = json.load(open(records[0]))
-    assert record["minutes"] == 1 and record["seed"] == 0 and record["device"] == "cpu"
+    assert record["minutes"] == 1 and record["seed"] == 0 and record["device"] == "cpu" and record["autocast"] == "off"
+    bf16 = str(tmp_path / "score-bf16.json")
+    assert quality.main(["score", "--out", bf16, "--splits", "2", "--device", "cpu", "--n-estimators", "2",
+                         "--autocast", "bf16", f"ten={ten}"]) == 0
+    cells = [json.load(open(path))["summary"]["ten"]["overall"]["all"]["methods"]["ten"]["roc_auc"]
+             for path in (records[0], bf16)]
+    assert json.load(open(bf16))["autocast"] == "bf16" and cells[1] == pytest.approx(cells[0], abs=0.02)
     assert record["skipped_tasks"] == {"ten": [], "two": ["a/three:multiclass", "c/four:multiclass"]}
     ten_summary = record["summary"]["ten"]
     assert ten_summary["suite"]["all"]["tasks"] == 3 and ten_summary["heldout"]["multiclass"]["tasks"] == 1
@@ -176,10 +182,10 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     assert quality.main(["latency", "--out", out, "--device", "cpu", "--repeats", "2", "--warmup", "1",
                          checkpoint(tmp_path / "ten.pt", 10)]) == 0
     record = json.load(open(out))
-    assert [(r["linear_columns"], r["members"]) for r in record["rows"]] == [(False, 1), (False, 4), (True, 1),
-                                                                             (True, 4)]
+    assert [(r["autocast"], r["linear_columns"], r["members"]) for r in record["rows"]] == [
+        (autocast, linear, members) for autocast in ("off", "bf16") for linear in (False, True) for members in (1, 4)]
     assert all(0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in record["rows"])
     assert record["table"] == {"train_rows": 60, "features": 20, "test_rows": 40} and record["device"] == "cpu"
-    assert record["config"]["embedding_size"] == 16 and "linear columns on  | 4 member(s)" in capsys.readouterr().out
+    assert record["config"]["embedding_size"] == 16 and "autocast bf16 | linear columns on  | 4 member(s)" in capsys.readouterr().out
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
