@@ -7,15 +7,16 @@
 # Command (carry the 4 suite/baseline caches, .whl and runs/dp):  bash results/nvidia-h100/latency-bf16/call.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
+R=/tmp/r; mkdir -p $R   # everything comes back as one tar ($OUT returns at most 8 files)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v WARN
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-(git rev-parse HEAD; git status --short; LC_ALL=C sha256sum *.py) > $OUT/code.txt 2>/dev/null
-python quality.py latency --out $OUT/latency-large.json > $OUT/latency.log 2>&1
-python quality.py latency --out $OUT/latency-medium.json runs/dp/recipe-s0.pt >> $OUT/latency.log 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R/gpu.txt
+(git rev-parse HEAD; git status --short; LC_ALL=C sha256sum *.py) > $R/code.txt 2>/dev/null
+python quality.py latency --out $R/latency-large.json > $R/latency.log 2>&1
+python quality.py latency --out $R/latency-medium.json runs/dp/recipe-s0.pt >> $R/latency.log 2>&1
 for seed in 0 1; do
   for autocast in off bf16; do
-    python quality.py score --autocast $autocast --minutes 10 --seed $seed --out $OUT/score-s$seed-$autocast.json \
-      recipe-$autocast=runs/dp/recipe-s$seed.pt >> $OUT/score.log 2>&1
+    python quality.py score --autocast $autocast --minutes 10 --seed $seed --out $R/score-s$seed-$autocast.json \
+      recipe-$autocast=runs/dp/recipe-s$seed.pt >> $R/score.log 2>&1
   done
 done
-cat $OUT/latency.log $OUT/score.log
+cat $R/latency.log $R/score.log; tar cf $OUT/r.tar -C $R .
