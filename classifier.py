@@ -23,7 +23,9 @@ from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
 INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (docs/real-data.md)
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
-AUTOCASTS = ("off", "bf16")   # bf16: faster on CPUs with bf16 dot products (AVX512-BF16, AMX), slower elsewhere
+# auto: bf16 on a GPU (half the time of fp32 with the same scores, results/nvidia-h100/latency-bf16), fp32 on a CPU,
+# where bf16 is faster only with bf16 dot products (AVX512-BF16, AMX)
+AUTOCASTS = ("auto", "off", "bf16")
 TEST_CHUNK_ROWS = 4096      # test rows never attend to each other, so chunks agree
 Z_CLIP = 1e6                # standardised values are clipped here (the model clips at 100 std itself)
 # An id-like column (a subject's rows repeat its id): integer values in half the rows or more, at least
@@ -260,7 +262,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
-                 missing: str = "mean", autocast: str = "off", random_state: int = 0, id_encoding: bool = True,
+                 missing: str = "mean", autocast: str = "auto", random_state: int = 0, id_encoding: bool = True,
                  linear_columns: bool = True):
         self.model = model
         self.device = device
@@ -406,7 +408,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         was_training = self.model.to(device).training
         self.model.eval()
         try:
-            with torch.no_grad(), (torch.autocast(device.type, dtype=torch.bfloat16) if self.autocast == "bf16"
+            bf16 = self.autocast == "bf16" or (self.autocast == "auto" and device.type == "cuda")
+            with torch.no_grad(), (torch.autocast(device.type, dtype=torch.bfloat16) if bf16
                                    else contextlib.nullcontext()):
                 chunks = [self._ensemble(X[i:i + TEST_CHUNK_ROWS], device)
                           for i in range(0, X.shape[0], TEST_CHUNK_ROWS)]

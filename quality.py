@@ -123,7 +123,7 @@ def baselines_markdown(record: dict) -> str:
 
 
 def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
-                      autocast: str = "off") -> dict:
+                      autocast: str = "auto") -> dict:
     """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
@@ -131,6 +131,7 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
     from classifier import NanoTabPFNClassifier
     tasks, baselines = cached or load_cached(splits)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    autocast = ("bf16" if device.startswith("cuda") else "off") if autocast == "auto" else autocast   # as recorded
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
         classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators,
@@ -337,7 +338,8 @@ def parse_args(argv=None):
     score.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
     score.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
-    score.add_argument("--autocast", choices=("off", "bf16"), default="off", help="NanoTabPFNClassifier's autocast")
+    score.add_argument("--autocast", choices=("auto", "off", "bf16"), default="auto",
+                       help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT", help="a name and a checkpoint path")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
     curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")

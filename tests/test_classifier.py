@@ -120,11 +120,21 @@ def test_a_10_output_model_on_2_to_10_classes():
 def test_bf16_autocast_is_close_to_fp32_and_really_runs():
     model = make_model(5, num_outputs=2)
     X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=6)
-    fp32 = NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test)
+    fp32 = NanoTabPFNClassifier(model, autocast="off").fit(X_train, y_train).predict_proba(X_test)
     bf16 = NanoTabPFNClassifier(model, autocast="bf16").fit(X_train, y_train).predict_proba(X_test)
     assert bf16.dtype == np.float32 and not np.array_equal(bf16, fp32)     # the forward did run in bf16
     np.testing.assert_allclose(bf16, fp32, rtol=0, atol=0.03)
     np.testing.assert_allclose(bf16.sum(1), 1.0, atol=1e-6)
+    assert np.array_equal(NanoTabPFNClassifier(model).fit(X_train, y_train).predict_proba(X_test), fp32)  # auto
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_auto_autocast_is_bf16_on_a_gpu():
+    model = make_model(5, num_outputs=2)
+    X_train, y_train, X_test, _ = toy_data(num_classes=2, seed=6)
+    on_gpu = {autocast: NanoTabPFNClassifier(model, device="cuda", autocast=autocast).fit(X_train, y_train)
+              .predict_proba(X_test) for autocast in ("auto", "bf16", "off")}
+    assert np.array_equal(on_gpu["auto"], on_gpu["bf16"]) and not np.array_equal(on_gpu["auto"], on_gpu["off"])
 
 def test_labels_of_any_type():
     model = make_model(11)
