@@ -18,8 +18,8 @@ MODELS = {"small": dict(model_preset="small", lr=2e-3),
 # (0.7619 against 0.7605); at 1 minute small leads (0.7553 against 0.7492), at 3 they are level
 # (results/nvidia-h100/curve-matmul).
 LONG_FROM_S = 600.0
-# Under torchrun: small at lr x ranks with this warm-up; on two H100s 5 minutes matched one H100's 10
-# (results/nvidia-h100/seeds-dp, curve-matmul)
+# Under torchrun: small at lr x ranks with this warm-up; on two H100s 6 minutes matched one H100's 10 of medium
+# (0.7646 against 0.7643, two seeds each: results/nvidia-h100/dp-seeds)
 DDP_WARMUP_STEPS = 500
 
 
