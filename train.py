@@ -688,7 +688,7 @@ def eval_classifier(model, state_dict: dict, device):
     attention = "mha" if config.attention == "mha" else "sdpa"
     eval_model = NanoTabPFNModel(ModelConfig(**{**asdict(config), "attention": attention})).to(device)
     eval_model.load_state_dict(state_dict)
-    return NanoTabPFNClassifier(eval_model, device)
+    return NanoTabPFNClassifier(eval_model, device, autocast="off")   # the eval in fp32 on any device, as recorded
 
 
 def _report(session, result, scores, reference):

@@ -726,3 +726,12 @@ def test_warm_up_needs_the_schedule_free_optimizer(dump, capsys):
                                            "--optimizer", "adamw"])
     err = capsys.readouterr().err
     assert code == 2 and "--warmup-steps is schedule-free's" in err and err.strip().count("\n") == 0, err
+
+
+def test_the_in_training_eval_stays_fp32_on_every_device():
+    """The classifier runs bf16 on a GPU by default; the eval of a training run keeps the fp32 of its records."""
+    import train
+    from model import ModelConfig, NanoTabPFNModel
+    model = NanoTabPFNModel(ModelConfig(embedding_size=16, num_attention_heads=2, mlp_hidden_size=16, num_layers=1))
+    classifier = train.eval_classifier(model, model.state_dict(), "cpu")
+    assert classifier.autocast == "off" and classifier.model is not model
