@@ -198,7 +198,7 @@ def _find_key(X: np.ndarray, y: np.ndarray, num_classes: int) -> list | None:
 
 class _Linear:
     """Logistic regression as the baseline runs it (mean fill + missing indicators, standardised, C = 1), with the
-    fill and scaling in numpy: sklearn's pipeline spent 30x the fit's own time checking its input."""
+    fill and scaling in numpy: sklearn's pipeline gives the same decision values in more time (linear-feature)."""
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "_Linear":
         from sklearn.linear_model import LogisticRegression
