@@ -189,3 +189,6 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     assert record["config"]["embedding_size"] == 16 and "autocast bf16 | linear columns on  | 4 member(s)" in capsys.readouterr().out
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
+    (tmp_path / "bad.pt").write_text("not a checkpoint")
+    assert quality.main(["latency", "--out", str(tmp_path / "bad.json"), str(tmp_path / "bad.pt")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not os.path.exists(tmp_path / "bad.json")
