@@ -318,6 +318,12 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
                      round(float(median), 2), "p10_ms": round(float(p10), 2), "p90_ms": round(float(p90), 2)})
         print(f"autocast {autocast:4} | linear columns {'on ' if linear else 'off'} | {members} member(s) | "
               f"median {median:.1f} ms (p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
+    default = next(r for r in rows if r["members"] == 4 and r["linear_columns"]
+                   and r["autocast"] == ("bf16" if device.type == "cuda" else "off"))   # the classifier's defaults
+    verdict = (("met" if default["median_ms"] <= LATENCY_TARGET_MS else "not met") if device.type == "cuda"
+               else "does not apply on a CPU")
+    print(f"the classifier's defaults, 4 members: {default['median_ms']:.1f} ms; "
+          f"#34's target, {LATENCY_TARGET_MS:g} ms on a GPU: {verdict}")
     return {"model": checkpoint or "large preset, random weights", "config": model.config.__dict__,
             "device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "cpu": evaluation.cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(),
