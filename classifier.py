@@ -44,6 +44,11 @@ KEY_MAX_COLUMNS, KEY_MIN_SHARE, KEY_MIN_GAIN = 6, 0.2, 0.3
 LINEAR_FOLDS = 5
 
 
+def resolved_autocast(autocast: str, device_type: str) -> str:
+    """The precision `autocast` runs in on a device of `device_type`: "bf16" or "off"."""
+    return ("bf16" if device_type == "cuda" else "off") if autocast == "auto" else autocast
+
+
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
     """The model of a checkpoint, built from its fields that change the math; kernel choices of any version are
     ignored, and a field older checkpoints lack takes its default."""
@@ -408,7 +413,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         was_training = self.model.to(device).training
         self.model.eval()
         try:
-            bf16 = self.autocast == "bf16" or (self.autocast == "auto" and device.type == "cuda")
+            bf16 = resolved_autocast(self.autocast, device.type) == "bf16"
             with torch.no_grad(), (torch.autocast(device.type, dtype=torch.bfloat16) if bf16
                                    else contextlib.nullcontext()):
                 chunks = [self._ensemble(X[i:i + TEST_CHUNK_ROWS], device)

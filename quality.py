@@ -128,10 +128,10 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
 
-    from classifier import NanoTabPFNClassifier
+    from classifier import NanoTabPFNClassifier, resolved_autocast
     tasks, baselines = cached or load_cached(splits)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    autocast = ("bf16" if device.startswith("cuda") else "off") if autocast == "auto" else autocast   # as recorded
+    autocast = resolved_autocast(autocast, torch.device(device).type)   # as recorded
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
         classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators,
@@ -293,7 +293,7 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     after `warmup` untimed."""
     import torch
 
-    from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint
+    from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint, resolved_autocast
     from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
     from runtime import resolve_device
     device = resolve_device(device)
@@ -319,7 +319,7 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
         print(f"autocast {autocast:4} | linear columns {'on ' if linear else 'off'} | {members} member(s) | "
               f"median {median:.1f} ms (p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
     default = next(r for r in rows if r["members"] == 4 and r["linear_columns"]
-                   and r["autocast"] == ("bf16" if device.type == "cuda" else "off"))   # the classifier's defaults
+                   and r["autocast"] == resolved_autocast("auto", device.type))   # the classifier's defaults
     verdict = (("met" if default["median_ms"] <= LATENCY_TARGET_MS else "not met") if device.type == "cuda"
                else "does not apply on a CPU")
     print(f"the classifier's defaults, 4 members: {default['median_ms']:.1f} ms; "
