@@ -22,9 +22,9 @@ def interval(differences: np.ndarray, rng) -> tuple:
 
 
 if __name__ == "__main__":
-    tasks = real_data.read_cache("data/real_suite.npz") + real_data.read_cache("data/real_heldout.npz")
-    heldout = {t.name for t in real_data.read_cache("data/real_heldout.npz")}
-    groups = {**{g: n for g, n in group_names(tasks).items() if g != "binary"}, "held out": heldout}
+    suite, heldout = (real_data.read_cache(f"data/real_{which}.npz") for which in ("suite", "heldout"))
+    groups = {**{g: n for g, n in group_names(suite + heldout).items() if g != "binary"},
+              "held out": {t.name for t in heldout}}
     baselines = {}
     for scope in ("suite", "heldout"):
         for name, result in json.load(open(f"data/baselines-{scope}.json"))["results"].items():
