@@ -24,15 +24,15 @@ from dump_format import (BIN_ALIGNMENT, SCAN_CHUNK_BYTES, BinFormatError, BinRec
                          GdsUnavailable, batch_position, bin_paths, check_unchanged, check_values, open_dump,
                          read_sidecar, verify_bin_checksums)
 
-LOADER_KINDS = ("h5", "bin", "resident")
+LOADER_KINDS = ("h5", "bin", "resident", "prior")
 
 
 @dataclass
 class LoaderConfig:
     """The data path, as train_optimized.py's flags name it; the defaults are the baseline."""
-    kind: str = "h5"               # "h5" | "bin" | "resident"
+    kind: str = "h5"               # "h5" | "bin" | "resident" | "prior" (the dump's datasets generated again)
     pinned: bool = False           # h5: read into a pinned ring, non_blocking copies
-    streams: bool = False          # h5: a reader thread copies on a side CUDA stream
+    streams: bool = False          # h5: a reader thread copies on a side CUDA stream; prior: generates on one
     prefetch: int = 2              # ring depth, batches read ahead (>= 1)
     require_gds: bool = False      # bin: refuse any path but GPUDirect Storage
     no_convert: bool = False       # bin: refuse instead of (re)converting
@@ -476,6 +476,46 @@ class _ResidentLoader(Loader):
         self.X = self.y = None
 
 
+class _PriorLoader(Loader):
+    """kind="prior": each batch generated on the device when it is due (prior_dump.Regenerator), nothing read from
+    the file but its metadata; threaded (CUDA): a thread generates `prefetch` batches ahead on a side stream."""
+
+    _side = None
+
+    def __init__(self, info, batch_size, device, *, regenerator, threaded, prefetch, **kw):
+        super().__init__(info, batch_size, device, **kw)
+        self.regenerator, self.threaded, self.depth = regenerator, threaded, int(prefetch)
+        if threaded:
+            self._side = torch.cuda.Stream(device=device)  # generation overlaps the compute stream's kernels
+        self._start_workers()
+
+    def _make(self, step: int):
+        s = self._slice(step)
+        with torch.cuda.stream(self._side) if self._side is not None else contextlib.nullcontext():
+            x, y = self.regenerator.datasets(s.first, self.batch_size)
+            # A contiguous copy: the batch never aliases the generator's cached chunk.
+            x = x[:, :s.rows, :s.feats].clone(memory_format=torch.contiguous_format)
+            y = y[:, :s.rows].clone(memory_format=torch.contiguous_format)
+            ready = None
+            if self._side is not None:
+                ready = torch.cuda.Event()
+                ready.record(self._side)  # the consumer's compute stream waits on this
+        return x, y, ready, s.split, s.wrapped
+
+    def _produce(self, first_step: int, stop: threading.Event):
+        torch.cuda.set_device(self.device)  # the thread's current device for generators, events, allocations
+        step = first_step
+        while not stop.is_set():
+            yield (step, *self._make(step))
+            step += 1
+
+    def _fetch(self, step: int) -> Batch:
+        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._make(step)
+        if ready is not None:
+            _wait_for_side_copy(self.device, ready, x, y)
+        return Batch(x, y, split, wrapped)
+
+
 def _load_whole_dump(info: DumpInfo, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Reads X (N, R, F) and y (N, R) into `device` memory in bounded chunks."""
     N, R, F = info.num_datasets, info.rows, info.features
@@ -546,7 +586,8 @@ def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | No
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     position = dict(start=start, rank=rank, world_size=world_size, consumed=consumed)
-    build = {"h5": _make_h5_loader, "bin": _make_bin_loader, "resident": _make_resident_loader}[config.kind]
+    build = {"h5": _make_h5_loader, "bin": _make_bin_loader, "resident": _make_resident_loader,
+             "prior": _make_prior_loader}[config.kind]
     return build(info, batch_size, device, config, position)
 
 
@@ -586,6 +627,36 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, positi
                         f"{'GPU' if cuda else 'host'} memory is free (keeping 50% headroom); falling back "
                         f"to the {'pinned+streams' if cuda else 'baseline'} path")
     return loader
+
+
+def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
+    from prior_dump import Regenerator   # lazily: only this path generates
+    try:
+        regenerator = Regenerator(info.path, info.num_datasets, info.rows, info.features, info.max_num_classes,
+                                  info.original_batch_size, device)
+    except ValueError as exc:
+        raise DumpError(f"{info.path}: --loader prior: {exc}") from None
+    threaded = config.streams and device.type == "cuda"
+    loader = _PriorLoader(info, batch_size, device, loader_name="prior" + ("+streams" if threaded else ""),
+                          data_path=f"prior-{device.type}" + ("+side-stream" if threaded else ""),
+                          regenerator=regenerator, threaded=threaded, prefetch=config.prefetch, **position)
+    loader.notes.append(f"prior: each batch generated on {device.type} when due (seed {regenerator.seed}, "
+                        f"{_regenerated_match(info, regenerator, device)}), only the dump's metadata read")
+    if config.streams and not threaded:
+        loader.notes.append("--streams: no effect without CUDA; the prior is generated in the training thread")
+    return loader
+
+
+def _regenerated_match(info: DumpInfo, regenerator, device: torch.device) -> str:
+    """How dataset 0 made again compares with the file's: equal, or how far apart (another device type draws other
+    numbers: the loader then trains on the same prior, not on the file's tables)."""
+    x, y = regenerator.dataset_zero()
+    with h5py.File(info.path, "r") as f:
+        fx, fy = f["X"][0], f["y"][0]
+    if np.array_equal(x, fx) and np.array_equal(y, fy):
+        return "dataset 0 equals the file's bit for bit"
+    return (f"dataset 0 is not the file's: made on {regenerator.made_on}, generated on {device.type}, "
+            f"max |dX| {float(np.abs(x - fx).max()):.2g}, labels {'equal' if np.array_equal(y, fy) else 'differ'}")
 
 
 def _ensure_bin(info: DumpInfo, config: LoaderConfig, notes: list, progress: bool) -> dict:

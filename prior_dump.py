@@ -407,13 +407,17 @@ def _in_order(build_chunk, num_chunks, device):
         torch.set_num_threads(threads)   # torch's default for threads created later, as before
 
 
+def chunk_size(rows: int) -> int:
+    """Datasets per chunk, the unit of generation and seeding: a power of two <= 256, about 32k rows."""
+    return min(256, 2 ** max(0, int(math.log2(max(1, 32_768 // rows)))))
+
+
 def generate(num_datasets, rows, features, classes, seed, device="cpu", group_size=None,
              original_batch_size=32, feature_law="uniform", mix=PriorMix()):
     """Yields the dump's datasets in order as DumpGroups of group_size (whole chunks; default ~32 MB of X)."""
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix)
     device = resolve_device(device or "auto")
-    # datasets per chunk, the unit of generation and seeding: a power of two <= 256, about 32k rows
-    per_chunk = min(256, 2 ** max(0, int(math.log2(max(1, 32_768 // rows)))))
+    per_chunk = chunk_size(rows)
     group_size = group_size or max(1, (32 << 20) // (rows * features * 4))
     chunks_per_group = -(-int(group_size) // per_chunk)
     num_chunks = -(-num_datasets // per_chunk)
@@ -435,6 +439,46 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
                             splits[start:start + count].copy())
     finally:
         chunks.close()   # a consumer that stops early also stops the CPU workers
+
+
+class Regenerator:
+    """A dump's datasets made again on `device` from the seed and prior that write_dump stored in it (the on-the-fly
+    prior of `--loader prior`): the file's values where the device type is the one that wrote it."""
+
+    def __init__(self, path, num_datasets, rows, features, classes, original_batch_size, device):
+        with h5py.File(path, "r") as f:
+            attrs = dict(f.attrs)
+        if "prior_version" not in attrs:
+            raise ValueError("not written by prior_dump.py (no seed or prior recorded), so it cannot be regenerated")
+        if attrs["prior_version"] != FORMAT_VERSION:
+            raise ValueError(f"written by prior version {attrs['prior_version']}, this code generates version "
+                             f"{FORMAT_VERSION}")
+        self.seed, self.made_on = int(attrs["seed"]), str(attrs.get("device_type", "cpu"))
+        self.feature_law = str(attrs.get("feature_law", "uniform"))
+        self.mix = PriorMix(**{key: type(value)(attrs.get(key, value)) for key, value in PriorMix()._asdict().items()})
+        self.shape, self.original_batch_size = (rows, features, classes), original_batch_size
+        self.device, self.per_chunk = torch.device(device), chunk_size(rows)
+        num_chunks = -(-num_datasets // self.per_chunk)
+        self.splits = draw_splits(self.seed, num_chunks * self.per_chunk, rows, classes, original_batch_size)
+        self._chunks = {}   # the chunks the last call used: a batch reads its chunk per_chunk / B times
+
+    def datasets(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Datasets [first, first + count) as X (count, R, F) and y (count, R) float32 on the device."""
+        indices = range(first // self.per_chunk, (first + count - 1) // self.per_chunk + 1)
+        self._chunks = {i: self._chunks.get(i) or self._chunk(i) for i in indices}
+        offset = first - indices[0] * self.per_chunk
+        x, y = (torch.cat([self._chunks[i][k] for i in indices])[offset:offset + count] for k in (0, 1))
+        return x, y
+
+    def dataset_zero(self) -> tuple[np.ndarray, np.ndarray]:
+        """Dataset 0 as numpy X (R, F) and y (R,), made outside the cache (a start-up check on another thread)."""
+        x, y = self._chunk(0)
+        return x[0].cpu().numpy(), y[0].cpu().numpy()
+
+    def _chunk(self, index):
+        x, y, _ = _generate_chunk(self.seed, index, self.per_chunk, *self.shape, self.splits, self.device,
+                                  self.feature_law, self.original_batch_size, self.mix)
+        return x, y
 
 
 def estimate(num_datasets, rows, features, device) -> tuple[int, float]:

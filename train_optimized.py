@@ -36,11 +36,13 @@ def build_parser():
     d, m = LoaderConfig(), ModelConfig()
     g = parser.add_argument_group("data path (the blog's optimizations)")
     g.add_argument("--loader", choices=LOADER_KINDS, default=d.kind,
-                   help="h5py per step (baseline), .bin records through kvikio, or the dump resident on the GPU")
+                   help="h5py per step (baseline), .bin records through kvikio, the dump resident on the GPU, or "
+                        "prior: the dump's datasets generated again on the device at each step (on the fly)")
     g.add_argument("--gds-bin", dest="loader", action="store_const", const="bin", help="the blog's --loader bin")
     g.add_argument("--resident", dest="loader", action="store_const", const="resident", help="--loader resident")
     g.add_argument("--pinned", action="store_true", help="reused page-locked host buffers, non_blocking copies")
-    g.add_argument("--streams", action="store_true", help="reader thread + side-stream copies, --prefetch ahead")
+    g.add_argument("--streams", action="store_true",
+                   help="reader thread + side-stream copies (--loader prior: generation), --prefetch ahead")
     g.add_argument("--prefetch", type=positive_int, default=d.prefetch,
                    help="batches in flight for --streams / --loader bin")
     g.add_argument("--require-gds", action="store_true", help="with --loader bin: fail unless true GDS runs")

@@ -350,3 +350,16 @@ def test_invalid_bin_values_are_refused_on_gpu(tmp_path, monkeypatch, variant):
         _take(loader, 2)                                   # datasets 0..9 are fine
         with pytest.raises(dump_format.DumpError, match=r"'X' contains NaN or Inf values \(first in dataset 12\)"):
             next(loader)
+
+
+@pytest.mark.parametrize("streams", [False, True])
+def test_prior_loader_on_cuda_regenerates_a_cuda_dump(tmp_path, streams):
+    import prior_dump
+    path = str(tmp_path / "cuda.h5")
+    prior_dump.write_dump(path, 37, 64, 9, 5, seed=2, device="cuda", progress=False, original_batch_size=5)
+    with make(path, B, "cuda", start=START, kind="resident") as base:
+        want = _take(base)
+    with make(path, B, "cuda", start=START, kind="prior", streams=streams, prefetch=3) as loader:
+        assert loader.describe()["path"] == "prior-cuda" + ("+side-stream" if streams else "")
+        assert "dataset 0 equals the file's bit for bit" in loader.describe()["notes"][0]
+        _assert_same(_take(loader, clone=False), want)

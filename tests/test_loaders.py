@@ -476,3 +476,37 @@ def test_read_into_a_reused_flat_buffer_equals_a_plain_read(tmp_path, compressio
             assert np.array_equal(x_out, want_x) and np.array_equal(y_out, want_y), (first, count, rows, feats)
     finally:
         source.close()
+
+
+@pytest.fixture(scope="module")
+def prior_file(tmp_path_factory):
+    """A prior_dump.py dump with a non-default mix: --loader prior must regenerate it from its attributes."""
+    import prior_dump
+    path = tmp_path_factory.mktemp("prior") / "prior.h5"
+    prior_dump.write_dump(path, 150, 48, 6, 4, seed=5, device="cpu", progress=False, original_batch_size=4,
+                          feature_law="block-log", mix=prior_dump.PriorMix(tree_share=0.5, noise_scale=0.5))
+    return str(path)
+
+
+def test_prior_loader_generates_the_dumps_batches(prior_file):
+    # Batch 7 over 64-dataset chunks: batches straddle chunks; 30 steps from dataset 9 wrap the dump.
+    with make(prior_file, 7, "cpu", start=9) as base, make(prior_file, 7, "cpu", start=9, kind="prior") as loader:
+        assert loader.describe()["path"] == "prior-cpu"
+        assert "dataset 0 equals the file's bit for bit" in loader.describe()["notes"][0]
+        _assert_same(_take(loader, 30), _take(base, 30))
+    for rank in (0, 1):   # a rank's slice, and a resumed position
+        with make(prior_file, 3, "cpu", start=2, rank=rank, world_size=2, consumed=11) as base, \
+                make(prior_file, 3, "cpu", start=2, rank=rank, world_size=2, consumed=11, kind="prior") as loader:
+            _assert_same(_take(loader, 25), _take(base, 25))
+
+
+def test_prior_loader_refuses_a_dump_it_cannot_regenerate(dump, prior_file, tmp_path):
+    with pytest.raises(dump_format.DumpError, match=r"--loader prior: not written by prior_dump.py") as error:
+        make(dump, B, "cpu", kind="prior")
+    assert "\n" not in str(error.value)
+    other = tmp_path / "other.h5"
+    other.write_bytes(open(prior_file, "rb").read())
+    with h5py.File(other, "a") as f:
+        f.attrs["prior_version"] = 99
+    with pytest.raises(dump_format.DumpError, match=r"written by prior version 99, this code generates version"):
+        make(str(other), B, "cpu", kind="prior")
