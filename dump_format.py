@@ -60,6 +60,7 @@ class DumpInfo:
     split_key: str
     size_bytes: int
     mtime_ns: int
+    generated: dict | None = None   # a dump made on the fly (prior_dump.spec_info): its prior's settings, no file
 
 
 def value_problems(x, y, first: int, max_num_classes: int | None) -> tuple[str | None, str | None]:
@@ -259,11 +260,21 @@ def dump_content_digest(info: DumpInfo, samples: int = 16) -> str:
     digest = hashlib.sha256(np.array([info.num_datasets, info.rows, info.features], "<i8").tobytes())
     digest.update(metadata_sha256(info.num_features, info.num_datapoints, info.splits).encode())
     picks = np.unique(np.linspace(0, info.num_datasets - 1, max(1, samples)).round().astype(np.int64))
+    for x, y in _sampled_datasets(info, picks):
+        digest.update(np.ascontiguousarray(x, "<f4").tobytes())
+        digest.update(np.ascontiguousarray(y, "<f4").tobytes())
+    return digest.hexdigest()
+
+
+def _sampled_datasets(info: DumpInfo, picks):
+    """(X, y) of each picked dataset, read from the file or, for a dump made on the fly, generated again (so a dump
+    and its on-the-fly twin have one digest)."""
+    if info.generated:
+        yield from (info.generated["read"](int(i)) for i in picks)
+        return
     with h5py.File(info.path, "r") as f:
         for i in picks:
-            digest.update(np.ascontiguousarray(f["X"][i], "<f4").tobytes())
-            digest.update(np.ascontiguousarray(f["y"][i], "<f4").tobytes())
-    return digest.hexdigest()
+            yield f["X"][i], f["y"][i]
 
 
 def batch_position(step: int, start: int, global_batch: int, num_datasets: int) -> int:

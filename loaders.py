@@ -556,15 +556,28 @@ def _free_memory_bytes(device: torch.device) -> int:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
+def open_data(path, device="cpu", scan_values: bool = True) -> DumpInfo:
+    """A dump file (open_dump), or `prior:PRESET[:N]`: the preset's datasets made on the fly on `device`."""
+    if str(path).startswith("prior:"):
+        import prior_dump   # lazily: only a dump made on the fly needs the prior
+        try:
+            return prior_dump.spec_info(str(path), device)
+        except ValueError as exc:
+            raise DumpError(str(exc)) from None
+    return open_dump(path, scan_values=scan_values)
+
+
 def make_loader(info_or_path, batch_size: int, device, config: LoaderConfig | None = None, *,
                 rank: int = 0, world_size: int = 1, consumed: int = 0, start: int = 0) -> Loader:
     """The loader of `config`'s data path (default: the baseline) for a dump path or DumpInfo; B = batch_size
     per rank, this rank's slice of each global batch of world_size*B datasets, `consumed` batches already
     read, `start` the dataset of step 0. Raises DumpError, GdsUnavailable, ValueError (bad arguments)."""
     config = config or LoaderConfig()
-    info = info_or_path if isinstance(info_or_path, DumpInfo) else open_dump(info_or_path)
+    info = info_or_path if isinstance(info_or_path, DumpInfo) else open_data(info_or_path, device)
     if config.kind not in LOADER_KINDS:
         raise ValueError(f"unknown loader kind {config.kind!r} (expected one of {', '.join(LOADER_KINDS)})")
+    if info.generated and config.kind != "prior":
+        raise DumpError(f"{info.path} is made on the fly: only --loader prior generates it (not --loader {config.kind})")
     if config.kvikio_target not in ("device", "host"):
         raise ValueError(f"kvikio target must be 'device' or 'host', got {config.kvikio_target!r}")
     for name, value, low in (("batch_size", batch_size, 1), ("world_size", world_size, 1),
@@ -630,18 +643,19 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, positi
 
 
 def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
-    from prior_dump import Regenerator   # lazily: only this path generates
+    import prior_dump   # lazily: only this path generates
     try:
-        regenerator = Regenerator(info.path, info.num_datasets, info.rows, info.features, info.max_num_classes,
-                                  info.original_batch_size, device)
+        settings = info.generated or prior_dump.file_settings(info.path)
     except ValueError as exc:
         raise DumpError(f"{info.path}: --loader prior: {exc}") from None
+    regenerator = prior_dump.Regenerator(settings, device)
     threaded = config.streams and device.type == "cuda"
     loader = _PriorLoader(info, batch_size, device, loader_name="prior" + ("+streams" if threaded else ""),
                           data_path=f"prior-{device.type}" + ("+side-stream" if threaded else ""),
                           regenerator=regenerator, threaded=threaded, prefetch=config.prefetch, **position)
-    loader.notes.append(f"prior: each batch generated on {device.type} when due (seed {regenerator.seed}, "
-                        f"{_regenerated_match(info, regenerator, device)}), only the dump's metadata read")
+    source = ("no file" if info.generated else
+              f"{_regenerated_match(info, regenerator, device)}; only the dump's metadata read")
+    loader.notes.append(f"prior: each batch generated on {device.type} when due (seed {settings['seed']}, {source})")
     if config.streams and not threaded:
         loader.notes.append("--streams: no effect without CUDA; the prior is generated in the training thread")
     return loader
@@ -655,7 +669,7 @@ def _regenerated_match(info: DumpInfo, regenerator, device: torch.device) -> str
         fx, fy = f["X"][0], f["y"][0]
     if np.array_equal(x, fx) and np.array_equal(y, fy):
         return "dataset 0 equals the file's bit for bit"
-    return (f"dataset 0 is not the file's: made on {regenerator.made_on}, generated on {device.type}, "
+    return (f"dataset 0 is not the file's: made on {regenerator.settings['made_on']}, generated on {device.type}, "
             f"max |dX| {float(np.abs(x - fx).max()):.2g}, labels {'equal' if np.array_equal(y, fy) else 'differ'}")
 
 

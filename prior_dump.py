@@ -441,25 +441,60 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
         chunks.close()   # a consumer that stops early also stops the CPU workers
 
 
-class Regenerator:
-    """A dump's datasets made again on `device` from the seed and prior that write_dump stored in it (the on-the-fly
-    prior of `--loader prior`): the file's values where the device type is the one that wrote it."""
+SPEC_PREFIX = "prior:"   # --data prior:PRESET[:N]: the preset's N datasets (seed 0) made on the fly, no file
 
-    def __init__(self, path, num_datasets, rows, features, classes, original_batch_size, device):
-        with h5py.File(path, "r") as f:
-            attrs = dict(f.attrs)
-        if "prior_version" not in attrs:
-            raise ValueError("not written by prior_dump.py (no seed or prior recorded), so it cannot be regenerated")
-        if attrs["prior_version"] != FORMAT_VERSION:
-            raise ValueError(f"written by prior version {attrs['prior_version']}, this code generates version "
-                             f"{FORMAT_VERSION}")
-        self.seed, self.made_on = int(attrs["seed"]), str(attrs.get("device_type", "cpu"))
-        self.feature_law = str(attrs.get("feature_law", "uniform"))
-        self.mix = PriorMix(**{key: type(value)(attrs.get(key, value)) for key, value in PriorMix()._asdict().items()})
-        self.shape, self.original_batch_size = (rows, features, classes), original_batch_size
-        self.device, self.per_chunk = torch.device(device), chunk_size(rows)
-        num_chunks = -(-num_datasets // self.per_chunk)
-        self.splits = draw_splits(self.seed, num_chunks * self.per_chunk, rows, classes, original_batch_size)
+
+def spec_info(spec: str, device):
+    """The DumpInfo of `prior:PRESET[:N]`: the dump `prior_dump.py --preset PRESET --num-datasets N` would write on
+    `device`'s type, with its metadata drawn here (the host draws of each chunk) and its datasets generated when read
+    (`generated`: the settings, and "read": dataset i as numpy). ValueError (one line) for a bad spec."""
+    from dump_format import DumpInfo   # lazily: only a dump made on the fly needs it
+    preset, _, count = spec[len(SPEC_PREFIX):].partition(":")
+    if preset not in PRESETS or not (count == "" or count.isdigit() and int(count) > 0):
+        raise ValueError(f"--data {spec}: expected prior:PRESET[:N] with PRESET in {', '.join(sorted(PRESETS))} and "
+                         "N a positive number of datasets")
+    p, device = PRESETS[preset], resolve_device(device)
+    settings = dict(num_datasets=int(count or p["num_datasets"]), rows=p["rows"], features=p["features"],
+                    classes=p["classes"], seed=0, original_batch_size=32, made_on=device.type,
+                    feature_law=p.get("feature_law", "uniform"), mix=PriorMix())
+    per_chunk, n = chunk_size(p["rows"]), settings["num_datasets"]
+    num_features = np.concatenate([   # the first host draw of every chunk, as _generate_chunk makes it
+        _draw_num_features(np.random.default_rng(np.random.SeedSequence([0, 1, chunk])), per_chunk, p["features"],
+                           settings["feature_law"], 32) for chunk in range(-(-n // per_chunk))])[:n]
+    regenerator = Regenerator(settings, device)
+    settings["read"] = lambda i: tuple(t[0].cpu().numpy() for t in regenerator.datasets(i, 1))
+    return DumpInfo(f"{SPEC_PREFIX}{preset}:{n}", n, p["rows"], p["features"], num_features.astype(np.int64),
+                    np.full(n, p["rows"], np.int64), draw_splits(0, n, p["rows"], p["classes"], 32).astype(np.int64),
+                    p["classes"], 32, "single_eval_pos", 0, 0, generated=settings)
+
+
+def file_settings(path) -> dict:
+    """The prior settings write_dump stored in a dump, as spec_info gives them; ValueError (one line) for a dump
+    this code cannot generate again."""
+    with h5py.File(path, "r") as f:
+        attrs, shape = dict(f.attrs), f["X"].shape
+        classes, batch = (int(np.asarray(f[key]).reshape(-1)[0]) for key in ("max_num_classes", "original_batch_size"))
+    if "prior_version" not in attrs:
+        raise ValueError("not written by prior_dump.py (no seed or prior recorded), so it cannot be regenerated")
+    if attrs["prior_version"] != FORMAT_VERSION:
+        raise ValueError(f"written by prior version {attrs['prior_version']}, this code generates version "
+                         f"{FORMAT_VERSION}")
+    mix = PriorMix(**{key: type(value)(attrs.get(key, value)) for key, value in PriorMix()._asdict().items()})
+    return dict(num_datasets=shape[0], rows=shape[1], features=shape[2], classes=classes, seed=int(attrs["seed"]),
+                original_batch_size=batch, made_on=str(attrs.get("device_type", "cpu")),
+                feature_law=str(attrs.get("feature_law", "uniform")), mix=mix)
+
+
+class Regenerator:
+    """A dump's datasets made on `device`, chunk by chunk, from its prior settings (spec_info, file_settings): the
+    on-the-fly prior of `--loader prior`; the dump's own values where the device type is the one that wrote it."""
+
+    def __init__(self, settings: dict, device):
+        self.settings, self.device = settings, torch.device(device)
+        self.per_chunk = chunk_size(settings["rows"])
+        num_chunks = -(-settings["num_datasets"] // self.per_chunk)
+        self.splits = draw_splits(settings["seed"], num_chunks * self.per_chunk, settings["rows"], settings["classes"],
+                                  settings["original_batch_size"])
         self._chunks = {}   # the chunks the last call used: a batch reads its chunk per_chunk / B times
 
     def datasets(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -476,8 +511,9 @@ class Regenerator:
         return x[0].cpu().numpy(), y[0].cpu().numpy()
 
     def _chunk(self, index):
-        x, y, _ = _generate_chunk(self.seed, index, self.per_chunk, *self.shape, self.splits, self.device,
-                                  self.feature_law, self.original_batch_size, self.mix)
+        s = self.settings
+        x, y, _ = _generate_chunk(s["seed"], index, self.per_chunk, s["rows"], s["features"], s["classes"],
+                                  self.splits, self.device, s["feature_law"], s["original_batch_size"], s["mix"])
         return x, y
 
 

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 
 from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
                         save_checkpoint, save_times, set_rng_state)
-from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line, open_dump
+from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line
 import evaluation
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
-from loaders import LoaderConfig, make_loader
+from loaders import LoaderConfig, make_loader, open_data
 from loss_health import learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
 from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms
@@ -523,7 +523,7 @@ def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: Loade
     if rank != 0:
         sys.stdout = open(os.devnull, "w")  # only rank 0 prints; errors still reach stderr
     notices = _schedule(config, device)
-    info = open_dump(resolve_data(config.data))
+    info = open_data(resolve_data(config.data), device)
     if config.batch_size * world_size > info.num_datasets:
         raise DumpError(f"--batch-size {config.batch_size} x {world_size} rank(s) is larger than the dump "
                         f"({info.num_datasets} datasets)")

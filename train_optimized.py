@@ -11,9 +11,9 @@ import sys
 import torch
 
 import recipes
-from dump_format import open_dump
-from loaders import LOADER_KINDS, LoaderConfig
+from loaders import LOADER_KINDS, LoaderConfig, open_data
 from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
+from prior_dump import SPEC_PREFIX
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
                    from_flags, positive_int, prepare, resolve_data, start_lines)
@@ -92,10 +92,8 @@ def apply_recipe(args, given: set, on_cuda: bool) -> list:
     kept = [name for name in chosen if name in given]
     for name in chosen.keys() - kept:
         setattr(args, name, chosen[name])
-    if args.data is None:
-        from prior_dump import ensure_default_dump   # lazily: only the recipe makes this dump
-        device = "cuda" if on_cuda else "cpu"
-        args.data = ensure_default_dump(preset="real", num_datasets=recipes.DUMP_DATASETS[device], device=device)
+    if args.data is None:   # the real preset made on the fly: no file to build first (39 s on an H100)
+        args.data = f"{SPEC_PREFIX}real:{recipes.DUMP_DATASETS['cuda' if on_cuda else 'cpu']}"
 
     def flag(name):
         value = getattr(args, name)
@@ -145,17 +143,20 @@ def apply_fast(args, max_rows: int, max_features: int, on_cuda: bool, given: set
     """--fast: fills flags left at their defaults with the measured-fastest choice for the dump's largest table
     (args with the model size filled, as main() fills it after --recipe); a loader, amp or feature attention given on
     the command line is kept, and a named kernel (not mha or sdpa, which leave the pick to it). Returns notices."""
-    args.loader = "resident" if args.loader == "h5" and "loader" not in given else args.loader
+    if args.loader == "h5" and "loader" not in given:   # a dump made on the fly has no file to read
+        args.loader = "prior" if str(args.data).startswith(SPEC_PREFIX) else "resident"
     args.fused_optimizer = args.async_loss = True
     args.last_layer_target_only = True   # the same math; loss curves within seed spread (docs/attention-kernel.md)
     if not on_cuda:
         # On a CPU only what helps a CPU: compile costs minutes for a short run, bf16 autocast is slow there.
         args.attention = "sdpa" if args.attention == "mha" else args.attention
-        loader = "" if "loader" in given else " --loader resident"
+        loader = "" if "loader" in given else f" --loader {args.loader}"
         return [f"--fast on a CPU: --attention sdpa{loader} --fused-optimizer --async-loss "
                 "--last-layer-target-only; left out --amp bf16 (slow on CPUs), --compile (minutes of compiling) and "
                 "--cuda-graphs (no CUDA)"]
     args.compile = True
+    # Generated on a side stream, the prior costs 0.3% of the step; in the training thread 8.5% (prior-on-the-fly).
+    args.streams = args.streams or args.loader == "prior"
     args.amp = "bf16" if args.amp == "off" and "amp" not in given else args.amp
     if args.feature_attention == "sdpa" and "feature_attention" not in given:
         wide = max_features + 1 > FAST_BROADCAST_MAX_COLUMNS   # + 1: the target column
@@ -312,7 +313,7 @@ def main(argv=None):
         notices = apply_recipe(args, given, on_cuda) if args.recipe else []
         fill_model_size(args)
         if args.fast:
-            info = open_dump(resolve_data(args.data), scan_values=False)
+            info = open_data(resolve_data(args.data), "cuda" if on_cuda else "cpu", scan_values=False)
             notices += apply_fast(args, int(info.num_datapoints.max()), int(info.num_features.max()), on_cuda, given)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.

@@ -28,6 +28,10 @@ def test_fast_fills_only_defaults_and_picks_kernels_by_table_length(monkeypatch)
     assert long_tables.compile and long_tables.amp == "bf16" and long_tables.loader == "resident"
     assert long_tables.cuda_graphs and long_tables.attention == "triton" and not notices   # keys counted on GPU
     assert long_tables.feature_attention == "broadcast" and long_tables.last_layer_target_only
+    assert not long_tables.streams                                  # a file resident on the GPU: no copies to overlap
+    fly, _ = fast(["--data", "prior:real"], 512)
+    assert fly.loader == "prior" and fly.streams                    # made on the fly: generated on a side stream
+    assert fast(["--data", "prior:real"], 512, on_cuda=False)[0].loader == "prior"
     short, notices = fast([], 150)
     assert short.cuda_graphs and short.attention == "triton" and not notices
     kept, _ = fast(["--loader", "h5", "--amp", "off", "--feature-attention", "sdpa", "--attention", "triton"], 150)
@@ -105,14 +109,11 @@ def test_fast_probes_that_kernels_import_and_falls_back_in_one_line(monkeypatch)
     assert sum("does not import" in n for n in notices) == 2 and "FlashAttention-2 instead" in notices[-1]
 
 
-def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
-    """--recipe real-tables: its flags where the user left defaults, a time budget unless --steps, its dump unless
-    --data (made once by prior_dump.ensure_default_dump on the real preset)."""
-    import prior_dump
+def test_recipe_fills_only_defaults_and_its_dump_preset(monkeypatch):
+    """--recipe real-tables: its flags where the user left defaults, a time budget unless --steps, its data unless
+    --data (the real preset made on the fly: no file is written)."""
     import recipes
     import train_optimized
-    made = []
-    monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda **kw: made.append(kw) or dump)
     parser = train_optimized.build_parser()
 
     def recipe(argv, on_cuda=True):
@@ -122,9 +123,9 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     chosen = recipes.RECIPES["real-tables"]
     assert args.fast and args.model_preset == "small" and args.lr == 1e-3                  # explicit --lr wins
     assert args.categorical_columns == chosen["categorical_columns"] and args.missing_cells == chosen["missing_cells"]
-    assert args.time_budget == 300 and args.data == dump and args.warmup_steps == 0
+    assert args.time_budget == 300 and args.warmup_steps == 0
+    assert args.data == f"prior:real:{recipes.DUMP_DATASETS['cuda']}" and args.data in notices[0]
     assert args.batch_size == chosen["batch_size"] == 16                                  # 16 tables of 512 rows
-    assert made == [dict(preset="real", num_datasets=recipes.DUMP_DATASETS["cuda"], device="cuda")]
     assert len(notices) == 1 and "--recipe real-tables" in notices[0] and "(yours kept: --lr 0.001)" in notices[0]
     assert "--lr 0.002" not in notices[0]                                                  # not the recipe's, unused
     args, notices = recipe(["--data", "x.h5"])          # the default budget, 10 minutes on one GPU: medium
@@ -139,7 +140,7 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(dump, monkeypatch):
     args, _ = recipe(["--data", "x.h5", "--model-preset", "nano"])          # an unlisted preset: small's lr
     assert (args.model_preset, args.lr, args.warmup_steps) == ("nano", 2e-3, 0)
     args, _ = recipe(["--steps", "5", "--data", "x.h5"], on_cuda=False)
-    assert args.time_budget == 0 and args.data == "x.h5" and len(made) == 1              # --steps, --data win
+    assert args.time_budget == 0 and args.data == "x.h5"                                  # --steps, --data win
     assert args.batch_size == recipes.CPU_BATCH and args.model_preset == "small"         # a CPU: a smaller batch
     args, notices = recipe(["--steps", "5", "--data", "x.h5", "--batch-size", "2"], on_cuda=False)
     assert args.batch_size == 2 and notices[0].endswith("(yours kept: --batch-size 2)")   # an explicit batch wins

@@ -363,3 +363,17 @@ def test_prior_loader_on_cuda_regenerates_a_cuda_dump(tmp_path, streams):
         assert loader.describe()["path"] == "prior-cuda" + ("+side-stream" if streams else "")
         assert "dataset 0 equals the file's bit for bit" in loader.describe()["notes"][0]
         _assert_same(_take(loader, clone=False), want)
+
+
+def test_the_recipes_prior_on_the_fly_is_its_cuda_dump(tmp_path):
+    """prior:real:N on CUDA: the digest and the batches of the dump `prior_dump.py --preset real` writes on CUDA."""
+    import prior_dump
+    path = str(tmp_path / "real.h5")
+    prior_dump.write_dump(path, 150, 512, 32, 10, seed=0, device="cuda", progress=False, feature_law="block-log")
+    info = loaders.open_data("prior:real:150", "cuda")
+    assert dump_format.dump_content_digest(info) == dump_format.dump_content_digest(dump_format.open_dump(path))
+    with make(path, 16, "cuda", kind="resident") as base:
+        want = _take(base, 30)
+    with make(info, 16, "cuda", kind="prior", streams=True) as loader:
+        got = _take(loader, 30, clone=False)
+    _assert_same(got, want)

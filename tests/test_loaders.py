@@ -510,3 +510,24 @@ def test_prior_loader_refuses_a_dump_it_cannot_regenerate(dump, prior_file, tmp_
         f.attrs["prior_version"] = 99
     with pytest.raises(dump_format.DumpError, match=r"written by prior version 99, this code generates version"):
         make(str(other), B, "cpu", kind="prior")
+
+
+def test_a_dump_made_on_the_fly_is_its_file(tmp_path):
+    """prior:PRESET:N has the metadata, the content digest and the batches of the file prior_dump.py writes for it."""
+    import prior_dump
+    path = str(tmp_path / "nano.h5")
+    prior_dump.write_dump(path, 300, 150, 5, 2, seed=0, device="cpu", progress=False)
+    info, file = loaders.open_data("prior:nano:300"), dump_format.open_dump(path)
+    assert info.path == "prior:nano:300" and info.generated and not file.generated
+    for key in ("num_datasets", "rows", "features", "num_features", "num_datapoints", "splits", "max_num_classes",
+                "original_batch_size"):
+        assert np.array_equal(getattr(info, key), getattr(file, key)), key
+    assert dump_format.dump_content_digest(info) == dump_format.dump_content_digest(file)
+    with make(info, 9, "cpu", start=4, kind="prior") as loader, make(path, 9, "cpu", start=4) as base:
+        assert loader.describe()["notes"][0].endswith("(seed 0, no file)")
+        _assert_same(_take(loader, 40), _take(base, 40))
+    with pytest.raises(dump_format.DumpError, match=r"^prior:nano:300 is made on the fly: only --loader prior"):
+        make(info, 9, "cpu", kind="resident")
+    for spec in ("prior:nanoo", "prior:nano:0", "prior:nano:1e5"):
+        with pytest.raises(dump_format.DumpError, match=r"expected prior:PRESET\[:N\]"):
+            loaders.open_data(spec)

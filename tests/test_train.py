@@ -736,3 +736,19 @@ def test_the_in_training_eval_stays_fp32_on_every_device():
     model = NanoTabPFNModel(ModelConfig(embedding_size=16, num_attention_heads=2, mlp_hidden_size=16, num_layers=1))
     classifier = train.eval_classifier(model, model.state_dict(), "cpu")
     assert classifier.autocast == "off" and classifier.model is not model
+
+
+def test_training_on_the_fly_equals_the_dump_and_resumes_across(tmp_path):
+    """--data prior:nano:N trains on the batches of the file prior_dump.py writes for it (--fast picks --loader
+    prior), and a run started on the file resumes on the fly: one data identity."""
+    import prior_dump
+    path = str(tmp_path / "nano.h5")
+    prior_dump.write_dump(path, 200, 150, 5, 2, seed=0, device="cpu", progress=False)
+    common = ["--fast", "--batch-size", "4", "--seed", "2", *FAST]
+    _, full = run_main("train_optimized", [*common, "--data", path, "--steps", "8", "--record", str(tmp_path / "a.json")])
+    ckpt = str(tmp_path / "c.pt")
+    assert run_main("train_optimized", [*common, "--data", path, "--steps", "4", "--ckpt", ckpt])[0] == 0
+    code, resumed = run_main("train_optimized", [*common, "--data", "prior:nano:200", "--steps", "8", "--ckpt", ckpt,
+                                                 "--resume", "--record", str(tmp_path / "b.json")])
+    assert code == 0 and resumed["data_path"] == "prior-cpu" and full["data_path"] == "resident-host"
+    assert resumed["losses"] == full["losses"]
