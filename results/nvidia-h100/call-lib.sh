@@ -12,6 +12,7 @@ W=/tmp/w; CK=/tmp/ck; D=/tmp/d
 DEV=${DEV:-cuda}            # cpu: a dry run of the shell logic (with NUM_DATASETS and BUDGET small, and
 DRY=${DRY:-}                # DRY="--batch-size 2": a CPU holds four runs only with small batches)
 NUM_DATASETS=${NUM_DATASETS:-100000}
+DATA=${DATA-$D/real512.h5}  # DATA="": no --data, the recipe's own (since 759e867: made on the fly)
 BUDGET=${BUDGET:-600}; LONG=${LONG:-$BUDGET}; SAVE_AT=${SAVE_AT:-60,180}   # LONG: the longest run's budget
 HOLD=${HOLD:-570}           # seconds each command waits before it reports
 # seconds after `start` began: `finish` returns by it. Two phases of BUDGET on a GPU need the dump (~50 s), two
@@ -28,7 +29,7 @@ run() {  # gpu name seed budget flags...: train, then score every --save-at chec
   [ $from -gt 0 ] && { keep=(--resume); save_at=""; tag=$name-${budget}s; }
   [[ $gpu == *,* ]] && launch="torchrun --standalone --nproc_per_node $(( $(tr -cd , <<< $gpu | wc -c) + 1 ))"
   CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-${gpu//,/} timeout $((budget - from + 240)) $launch \
-    train_optimized.py --recipe real-tables --data $D/real512.h5 "$@" --seed $seed --time-budget $budget "${keep[@]}" \
+    train_optimized.py --recipe real-tables ${DATA:+--data $DATA} "$@" --seed $seed --time-budget $budget "${keep[@]}" \
     --no-eval --log-every 500 --ckpt $CK/$name.pt --record $W/$tag.json $DRY > $W/$tag.log 2>&1
   echo "$tag exit $? at $(elapsed)s: $(grep -E 'done:|rror' $W/$tag.log | tail -1 | cut -c1-220)" >> $W/train.txt
   for seconds in ${save_at//,/ } $budget; do
@@ -57,6 +58,7 @@ start)
   git rev-parse HEAD > $W/code.txt 2>/dev/null; git status --short >> $W/code.txt; LC_ALL=C sha256sum *.py >> $W/code.txt
   gpu=0   # each dump on its own GPU, all at once; DUMPS (declare -A: name -> prior_dump flags) or the recipe's
   declare -p DUMPS > /dev/null 2>&1 || declare -A DUMPS=([real512]="")
+  [ -z "$DATA" ] && DUMPS=()   # the recipe's prior made on the fly: no file
   for name in "${!DUMPS[@]}"; do
     CUDA_VISIBLE_DEVICES=$gpu python prior_dump.py --device $DEV --no-progress --preset real --rows 512 \
       --num-datasets $NUM_DATASETS ${DUMPS[$name]} --out $D/$name.h5 > $W/dump-$name.log 2>&1 & gpu=$((gpu + 1))
@@ -67,7 +69,7 @@ start)
   setsid nohup nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,utilization.gpu \
     --format=csv -l 10 > $W/clocks.csv 2>&1 < /dev/null & echo $! > $W/clocks.pid
   export -f elapsed run driver
-  export W CK D DEV DRY BUDGET LONG SAVE_AT
+  export W CK D DEV DRY BUDGET LONG SAVE_AT DATA
   setsid nohup bash -c "$(declare -p FLAGS); driver" > $W/driver.log 2>&1 < /dev/null &
   while [ $(elapsed) -lt $HOLD ]; do sleep 5; done
   report
