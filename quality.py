@@ -331,6 +331,35 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
             "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
 
 
+def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000) -> list:
+    """A markdown table: per group (all, multiclass, wide, held out) the records' per-task ROC AUC (mean over the
+    records, e.g. seeds) minus each baseline's, as the mean over tasks with a 95% paired bootstrap interval over tasks
+    (`resamples` resamples, generator seed 0) and the tasks won-lost."""
+    tasks, baselines = load_cached(records[0]["splits_per_task"])   # the baselines on the records' splits
+    groups = {**{g: names for g, names in group_names(tasks["suite"] + tasks["heldout"]).items() if g != "binary"},
+              "held out": {t.name for t in tasks["heldout"]}}
+    ours = {}
+    for record in records:
+        (result,) = record["results"].values()   # one checkpoint per record
+        for scope in SUITES:
+            for task, auc in result[scope]["per_task"].items():
+                ours.setdefault(task, []).append(auc)
+    lines = ["| against | " + " | ".join(f"{g} ({len(names)})" for g, names in groups.items()) + " |",
+             "|---|" + "---|" * len(groups)]
+    for baseline in against:
+        theirs = {**baselines["suite"][baseline]["per_task"], **baselines["heldout"][baseline]["per_task"]}
+        cells = []
+        for names in groups.values():
+            difference = np.array([np.mean(ours[t]) - theirs[t] for t in sorted(names & ours.keys())])
+            picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
+            low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
+            cells.append(f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {int((difference > 0).sum())}-"
+                         f"{int((difference < 0).sum())}")
+        lines.append(f"| {baseline} | " + " | ".join(cells) + " |")
+    return lines + [f"\nEach cell: mean difference in ROC AUC [95% bootstrap interval over tasks, {resamples} "
+                    f"resamples] tasks won-lost; {len(records)} record(s) averaged per task."]
+
+
 def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -359,6 +388,9 @@ def parse_args(argv=None):
     run.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
     run.add_argument("--out", required=True, help="folder for checkpoints, logs, score records and the curve")
     run.add_argument("train_flags", nargs="*", help="more train_optimized.py flags, after --")
+    margin = commands.add_parser("margin", help="margins over baselines with bootstrap intervals over tasks")
+    margin.add_argument("--against", default="catboost,lightgbm", help="the baselines to compare with, comma-separated")
+    margin.add_argument("records", nargs="+", help="score records of one run (its seeds), one checkpoint each")
     timing = commands.add_parser("latency", help="time fit + predict_proba of a 500 x 20 table (GPU target 100 ms)")
     timing.add_argument("--out", required=True, help="the latency record (JSON) to write")
     timing.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
@@ -411,7 +443,15 @@ def main(argv=None) -> int:
                     records.append(json.load(f))
             if any("summary" not in r for r in records):
                 return fail("every record must be written by `python quality.py score`")
-            print("\n".join(write_curve(args.out, records, args.records)))
+            against = args.against.split(",") if args.command == "margin" else []
+            if args.command == "margin" and (any(len(r["results"]) != 1 for r in records)
+                                             or len({r["splits_per_task"] for r in records}) != 1):
+                return fail("margin: every record must hold one checkpoint's scores (one run's seeds), on one "
+                            "number of splits")
+            if set(against) - set(evaluation.BASELINE_SETTINGS):
+                return fail(f"--against takes baselines among {', '.join(evaluation.BASELINE_SETTINGS)}, got {against}")
+            print("\n".join(margin_lines(records, against) if args.command == "margin" else
+                             write_curve(args.out, records, args.records)))
     except (ValueError, OSError, RuntimeError) as error:
         return fail(error)
     return 0

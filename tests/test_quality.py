@@ -109,6 +109,36 @@ def test_score_and_curve(caches, tmp_path, capsys):
     assert set(baselines) == set(CHEAP)
 
 
+def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_path, capsys):
+    records = []
+    for seed in (0, 1):
+        out = str(tmp_path / f"s{seed}.json")
+        assert quality.main(["score", "--out", out, "--splits", "2", "--device", "cpu", "--n-estimators", "1",
+                             f"ten={checkpoint(tmp_path / f'{seed}.pt', 10, seed)}"]) == 0
+        records.append(out)
+    capsys.readouterr()
+    assert quality.main(["margin", "--against", "knn,logistic_regression", *records]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| against | all (5) | multiclass (2) | wide (1) | held out (2) |"
+    ours = [json.load(open(r))["results"]["ten"] for r in records]
+    _, baselines = quality.load_cached(2)
+    knn = {**baselines["suite"]["knn"]["per_task"], **baselines["heldout"]["knn"]["per_task"]}
+    difference = [np.mean([o[s]["per_task"][t] for o in ours]) - knn[t] for s in ("suite", "heldout")
+                  for t in ours[0][s]["per_task"]]
+    cells = lines[2].split(" | ")
+    assert cells[0] == "| knn" and cells[1].startswith(f"{np.mean(difference):+.4f} [")
+    low, high = (float(v) for v in cells[1].split("[")[1].split("]")[0].split(", "))
+    assert min(difference) <= low <= np.mean(difference) <= high <= max(difference)
+    assert cells[1].endswith(f"{sum(d > 0 for d in difference)}-{sum(d < 0 for d in difference)}")
+    two = str(tmp_path / "two.json")
+    assert quality.main(["score", "--out", two, "--splits", "2", "--device", "cpu", "--n-estimators", "1",
+                         f"a={checkpoint(tmp_path / 'a.pt', 10)}", f"b={checkpoint(tmp_path / 'b.pt', 10)}"]) == 0
+    assert quality.main(["margin", two]) == 2
+    assert "one checkpoint's scores" in capsys.readouterr().err
+    assert quality.main(["margin", "--against", "knn,catbost", *records]) == 2
+    assert "--against takes baselines among" in capsys.readouterr().err
+
+
 def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
     ten = checkpoint(tmp_path / "ten.pt", 10)
     args = ["score", "--out", str(tmp_path / "out.json"), "--splits", "2", f"ten={ten}"]
