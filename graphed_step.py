@@ -200,7 +200,9 @@ class GraphedTrainStep:
             # graph's own pool, so a replay needs no zero_grad.
             self.optimizer.zero_grad(set_to_none=True)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            # thread_local: a loader thread may launch kernels and allocate on its own stream meanwhile ("global"
+            # let that invalidate the capture under torchrun with --loader prior --streams: results/nvidia-h100/fly-ddp)
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self.static_loss = self._body()
         self.graph.replay()
         return self.static_loss.clone()  # the next replay overwrites static_loss
