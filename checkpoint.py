@@ -99,6 +99,16 @@ def save_checkpoint(path: str, model, optimizer, loader, step: int, losses: list
     write_bytes_atomic(path, buffer.getbuffer(), "checkpoint")
 
 
+def write_inference_copy(path, out) -> None:
+    """`path` without its resume state ("train_state", about two thirds of the file) to `out`, atomically: the model
+    that NanoTabPFNClassifier and quality.py read, as a file to keep or ship. Resuming from it is refused."""
+    state = read_checkpoint(path)
+    state.pop("train_state", None)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_bytes_atomic(out, buffer.getbuffer(), "checkpoint")
+
+
 # What --resume reads, and its type: a file missing one, or holding another type, is refused before any work.
 RESUME_KEYS = {"data": dict, "global_batch": int, "optimizer": str, "step": int, "train_state": dict}
 TRAIN_STATE_KEYS = {"model": dict, "optimizer": dict, "loader": dict, "rng": dict, "losses": list,

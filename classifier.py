@@ -238,7 +238,8 @@ def _out_of_fold_decision(X: np.ndarray, y: np.ndarray, linear, seed: int) -> np
     folds = min(LINEAR_FOLDS, int(np.bincount(y).min()))
     if folds < 2:
         return _decision(linear, X)
-    values = np.zeros((len(y), _decision(linear, X[:1]).shape[1]))
+    classes = int(y.max()) + 1   # y holds 0..K-1, every class present
+    values = np.zeros((len(y), 1 if classes == 2 else classes))   # _decision's columns
     for fit_rows, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
         values[held] = _decision(_Linear().fit(X[fit_rows], y[fit_rows]), X[held])
     return values

@@ -237,6 +237,16 @@ def test_checkpoint_loads_into_the_classifier(dump, tmp_path):
     clf.fit(X[:20], y[:20])
     proba = clf.predict_proba(X[20:])
     assert proba.shape == (10, 2) and np.allclose(proba.sum(1), 1, atol=1e-5)
+    # the inference copy: a third of the file, the same predictions, and no resume from it
+    from checkpoint import write_inference_copy
+    copy = tmp_path / "m-weights.pt"
+    write_inference_copy(str(ck), str(copy))
+    assert os.path.getsize(copy) < 0.5 * os.path.getsize(ck)
+    same = NanoTabPFNClassifier.from_checkpoint(str(copy)).fit(X[:20], y[:20]).predict_proba(X[20:])
+    assert np.array_equal(same, proba)
+    code = run_main("train_optimized", ["--data", dump, "--batch-size", "4", "--steps", "5", *FAST, "--ckpt",
+                                        str(copy), "--resume"])[0]
+    assert code == 2 and os.path.getsize(copy) < 0.5 * os.path.getsize(ck)
 
 
 def test_ddp_gloo_two_ranks_disjoint_data_identical_parameters(dump, tmp_path):

@@ -83,8 +83,7 @@ finish)
   report; kill $(cat $W/clocks.pid) 2>/dev/null
   for name in ${KEEP:-}; do   # KEEP: checkpoints to bring back, without their resume state (a third of the size)
     [ -e $CK/$name.pt ] || continue
-    python -c "import sys, torch; s = torch.load(sys.argv[1], weights_only=True); s.pop('train_state', None)
-torch.save(s, sys.argv[2])" $CK/$name.pt $W/$name.pt
+    python -c "import sys, checkpoint; checkpoint.write_inference_copy(*sys.argv[1:])" $CK/$name.pt $W/$name.pt
   done
   pack B '*.txt' '*.log' '*.json' '*.csv' '*.pt'
   ls -la $OUT
