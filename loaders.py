@@ -305,11 +305,31 @@ def _wait_for_side_copy(device, ready, *tensors) -> None:
         t.record_stream(compute)
 
 
-class _SourceLoader(Loader):
-    """Reads of `source` (h5py or preads), then copies: baseline (fresh arrays, synchronous .to), pinned (CUDA only:
-    ring, non_blocking copies), threaded (a reader thread `prefetch` batches ahead, side-stream copies; CPU: reads)."""
+class _StepReader(Loader):
+    """A loader whose `_read(step)` gives (x, y, ready event or None, split, wrapped): run at each fetch, or
+    (threaded) `depth` batches ahead on a reader thread."""
 
     _side = None  # the reader thread's CUDA stream
+
+    def _produce(self, first_step: int, stop: threading.Event):
+        """Reader thread: make batch `step` ready (its copy or generation queued on the side stream), hand it over."""
+        if self.cuda:
+            torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
+        step = first_step
+        while not stop.is_set():
+            yield (step, *self._read(step))
+            step += 1
+
+    def _fetch(self, step: int) -> Batch:
+        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._read(step)
+        if ready is not None:
+            _wait_for_side_copy(self.device, ready, x, y)
+        return Batch(x, y, split, wrapped)
+
+
+class _SourceLoader(_StepReader):
+    """Reads of `source` (h5py or preads), then copies: baseline (fresh arrays, synchronous .to), pinned (CUDA only:
+    ring, non_blocking copies), threaded (a reader thread `prefetch` batches ahead, side-stream copies; CPU: reads)."""
 
     def __init__(self, info, batch_size, device, *, source, pinned, threaded, prefetch, **kw):
         super().__init__(info, batch_size, device, **kw)
@@ -343,21 +363,6 @@ class _SourceLoader(Loader):
             if self.pinned:
                 self.ring.release(k, side)
         return x, y, ready, s.split, s.wrapped
-
-    def _produce(self, first_step: int, stop: threading.Event):
-        """Reader thread: read batch `step`, start its copy to the GPU, hand it over."""
-        if self.cuda:
-            torch.cuda.set_device(self.device)  # the thread's current device for events/allocations
-        step = first_step
-        while not stop.is_set():
-            yield (step, *self._read(step))
-            step += 1
-
-    def _fetch(self, step: int) -> Batch:
-        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._read(step)
-        if ready is not None:
-            _wait_for_side_copy(self.device, ready, x, y)
-        return Batch(x, y, split, wrapped)
 
 
 class _KvikioLoader(Loader):
@@ -476,11 +481,9 @@ class _ResidentLoader(Loader):
         self.X = self.y = None
 
 
-class _PriorLoader(Loader):
+class _PriorLoader(_StepReader):
     """kind="prior": each batch generated on the device when it is due (prior_dump.Regenerator), nothing read from
     the file but its metadata; threaded (CUDA): a thread generates `prefetch` batches ahead on a side stream."""
-
-    _side = None
 
     def __init__(self, info, batch_size, device, *, regenerator, threaded, prefetch, **kw):
         super().__init__(info, batch_size, device, **kw)
@@ -489,7 +492,7 @@ class _PriorLoader(Loader):
             self._side = torch.cuda.Stream(device=device)  # generation overlaps the compute stream's kernels
         self._start_workers()
 
-    def _make(self, step: int):
+    def _read(self, step: int):
         s = self._slice(step)
         with torch.cuda.stream(self._side) if self._side is not None else contextlib.nullcontext():
             x, y = self.regenerator.datasets(s.first, self.batch_size)
@@ -501,19 +504,6 @@ class _PriorLoader(Loader):
                 ready = torch.cuda.Event()
                 ready.record(self._side)  # the consumer's compute stream waits on this
         return x, y, ready, s.split, s.wrapped
-
-    def _produce(self, first_step: int, stop: threading.Event):
-        torch.cuda.set_device(self.device)  # the thread's current device for generators, events, allocations
-        step = first_step
-        while not stop.is_set():
-            yield (step, *self._make(step))
-            step += 1
-
-    def _fetch(self, step: int) -> Batch:
-        x, y, ready, split, wrapped = self._next_item(step) if self.threaded else self._make(step)
-        if ready is not None:
-            _wait_for_side_copy(self.device, ready, x, y)
-        return Batch(x, y, split, wrapped)
 
 
 def _load_whole_dump(info: DumpInfo, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
