@@ -453,19 +453,20 @@ def spec_info(spec: str, device):
     if preset not in PRESETS or not (count == "" or count.isdigit() and int(count) > 0):
         raise ValueError(f"--data {spec}: expected prior:PRESET[:N] with PRESET in {', '.join(sorted(PRESETS))} and "
                          "N a positive number of datasets")
-    p, device = PRESETS[preset], resolve_device(device)
+    p, device, block = PRESETS[preset], resolve_device(device), 32   # block: write_dump's original_batch_size
     settings = dict(num_datasets=int(count or p["num_datasets"]), rows=p["rows"], features=p["features"],
-                    classes=p["classes"], seed=0, original_batch_size=32, made_on=device.type,
+                    classes=p["classes"], seed=0, original_batch_size=block, made_on=device.type,
                     feature_law=p.get("feature_law", "uniform"), mix=PriorMix())
     per_chunk, n = chunk_size(p["rows"]), settings["num_datasets"]
     num_features = np.concatenate([   # the first host draw of every chunk, as _generate_chunk makes it
         _draw_num_features(np.random.default_rng(np.random.SeedSequence([0, 1, chunk])), per_chunk, p["features"],
-                           settings["feature_law"], 32) for chunk in range(-(-n // per_chunk))])[:n]
+                           settings["feature_law"], block) for chunk in range(-(-n // per_chunk))])[:n]
     regenerator = Regenerator(settings, device)
     settings["read"] = lambda i: tuple(t[0].cpu().numpy() for t in regenerator.datasets(i, 1))
+    splits = draw_splits(0, n, p["rows"], p["classes"], block).astype(np.int64)
     return DumpInfo(f"{SPEC_PREFIX}{preset}:{n}", n, p["rows"], p["features"], num_features.astype(np.int64),
-                    np.full(n, p["rows"], np.int64), draw_splits(0, n, p["rows"], p["classes"], 32).astype(np.int64),
-                    p["classes"], 32, "single_eval_pos", 0, 0, generated=settings)
+                    np.full(n, p["rows"], np.int64), splits, p["classes"], block, "single_eval_pos", 0, 0,
+                    generated=settings)
 
 
 def file_settings(path) -> dict:

@@ -2,12 +2,12 @@
 
 One rule for two users: train_optimized.py applies it; `quality.py run` trains one run per model it picks."""
 
-# real-tables: the flags it fills when not given (results/nvidia-h100/real-*). Its dump is the prior's "real" preset,
-# made once under data/ (on the GPU where there is one).
+# real-tables: the flags it fills when not given (results/nvidia-h100/real-*). Its data are the prior's "real" preset,
+# made on the fly (prior:real:N; results/nvidia-h100/prior-on-the-fly).
 RECIPES = {"real-tables": dict(fast=True, batch_size=16, categorical_columns=0.2, missing_cells=0.1)}
 BUDGET_S = 600.0            # --time-budget when neither it nor --steps is given
 CPU_BATCH = 4
-DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # 43 s on an H100, 4.5 s on 2 CPU cores
+DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # N of prior:real:N (a file of them took 39 s on an H100)
 # Each model's learning rate on one GPU; another preset given by the user gets small's. Medium at 2e-3 without
 # warm-up stalled at chance (results/nvidia-h100/real-medium); large trains faster at 1e-3 than at 5e-4 and levels
 # with medium at 20 minutes (results/nvidia-h100/large-depth), so the recipe never picks it.
