@@ -15,7 +15,8 @@ from profile_utils import md_cell
 LOADER_CONFIGS = [
     ("baseline-h5", dict(kind="h5")), ("pinned", dict(kind="h5", pinned=True)),
     ("streams", dict(kind="h5", streams=True)), ("pinned+streams", dict(kind="h5", pinned=True, streams=True)),
-    ("gds-bin", dict(kind="bin")), ("resident", dict(kind="resident"))]
+    ("gds-bin", dict(kind="bin")), ("resident", dict(kind="resident")),
+    ("prior", dict(kind="prior")), ("prior+streams", dict(kind="prior", streams=True))]   # generated, not read
 LOADER_WARMUP = 10   # untimed batches per loader (thread start-up, first reads, allocator)
 
 # --attention: (kernel of model.datapoint_attention, devices it runs on, every split or the median only).
