@@ -648,6 +648,8 @@ def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position)
     loader.notes.append(f"prior: each batch generated on {device.type} when due (seed {settings['seed']}, {source})")
     if config.streams and not threaded:
         loader.notes.append("--streams: no effect without CUDA; the prior is generated in the training thread")
+    if config.pinned:
+        loader.notes.append("--pinned: no effect with --loader prior (batches are made on the device: no host copies)")
     return loader
 
 

@@ -523,8 +523,9 @@ def test_a_dump_made_on_the_fly_is_its_file(tmp_path):
                 "original_batch_size"):
         assert np.array_equal(getattr(info, key), getattr(file, key)), key
     assert dump_format.dump_content_digest(info) == dump_format.dump_content_digest(file)
-    with make(info, 9, "cpu", start=4, kind="prior") as loader, make(path, 9, "cpu", start=4) as base:
-        assert loader.describe()["notes"][0].endswith("(seed 0, no file)")
+    with make(info, 9, "cpu", start=4, kind="prior", pinned=True) as loader, make(path, 9, "cpu", start=4) as base:
+        notes = loader.describe()["notes"]
+        assert notes[0].endswith("(seed 0, no file)") and notes[1].startswith("--pinned: no effect with --loader prior")
         _assert_same(_take(loader, 40), _take(base, 40))
     with pytest.raises(dump_format.DumpError, match=r"^prior:nano:300 is made on the fly: only --loader prior"):
         make(info, 9, "cpu", kind="resident")
