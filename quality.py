@@ -436,22 +436,23 @@ def main(argv=None) -> int:
             from profile_utils import git_commit
             record = latency(args.checkpoint, args.device, args.repeats, args.warmup)
             write_json_atomic(args.out, {"commit": git_commit(), **record}, "latency record")
-        else:
+        else:   # curve, margin: score records in
             records = []
             for path in args.records:
                 with open(path) as f:
                     records.append(json.load(f))
             if any("summary" not in r for r in records):
                 return fail("every record must be written by `python quality.py score`")
-            against = args.against.split(",") if args.command == "margin" else []
-            if args.command == "margin" and (any(len(r["results"]) != 1 for r in records)
-                                             or len({r["splits_per_task"] for r in records}) != 1):
+            if args.command == "curve":
+                print("\n".join(write_curve(args.out, records, args.records)))
+                return 0
+            against = args.against.split(",")
+            if any(len(r["results"]) != 1 for r in records) or len({r["splits_per_task"] for r in records}) != 1:
                 return fail("margin: every record must hold one checkpoint's scores (one run's seeds), on one "
                             "number of splits")
             if set(against) - set(evaluation.BASELINE_SETTINGS):
                 return fail(f"--against takes baselines among {', '.join(evaluation.BASELINE_SETTINGS)}, got {against}")
-            print("\n".join(margin_lines(records, against) if args.command == "margin" else
-                             write_curve(args.out, records, args.records)))
+            print("\n".join(margin_lines(records, against)))
     except (ValueError, OSError, RuntimeError) as error:
         return fail(error)
     return 0
