@@ -60,7 +60,7 @@ class DumpInfo:
     split_key: str
     size_bytes: int
     mtime_ns: int
-    generated: dict | None = None   # a dump made on the fly (prior_dump.spec_info): its prior's settings, no file
+    generated: object = None   # a dump made on the fly (prior_dump.spec_info): its prior_dump.Regenerator, no file
 
 
 def value_problems(x, y, first: int, max_num_classes: int | None) -> tuple[str | None, str | None]:
@@ -270,7 +270,7 @@ def _sampled_datasets(info: DumpInfo, picks):
     """(X, y) of each picked dataset, read from the file or, for a dump made on the fly, generated again (so a dump
     and its on-the-fly twin have one digest)."""
     if info.generated:
-        yield from (info.generated["read"](int(i)) for i in picks)
+        yield from (info.generated.dataset(int(i)) for i in picks)
         return
     with h5py.File(info.path, "r") as f:
         for i in picks:

@@ -635,7 +635,7 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, positi
 def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
     import prior_dump   # lazily: only this path generates
     try:
-        settings = info.generated or prior_dump.file_settings(info.path)
+        settings = info.generated.settings if info.generated else prior_dump.file_settings(info.path)
     except ValueError as exc:
         raise DumpError(f"{info.path}: --loader prior: {exc}") from None
     regenerator = prior_dump.Regenerator(settings, device)
@@ -656,7 +656,7 @@ def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position)
 def _regenerated_match(info: DumpInfo, regenerator, device: torch.device) -> str:
     """How dataset 0 made again compares with the file's: equal, or how far apart (another device type draws other
     numbers: the loader then trains on the same prior, not on the file's tables)."""
-    x, y = regenerator.dataset_zero()
+    x, y = regenerator.dataset(0)
     with h5py.File(info.path, "r") as f:
         fx, fy = f["X"][0], f["y"][0]
     if np.array_equal(x, fx) and np.array_equal(y, fy):

@@ -447,7 +447,7 @@ SPEC_PREFIX = "prior:"   # --data prior:PRESET[:N]: the preset's N datasets (see
 def spec_info(spec: str, device):
     """The DumpInfo of `prior:PRESET[:N]`: the dump `prior_dump.py --preset PRESET --num-datasets N` would write on
     `device`'s type, with its metadata drawn here (the host draws of each chunk) and its datasets generated when read
-    (`generated`: the settings, and "read": dataset i as numpy). ValueError (one line) for a bad spec."""
+    (`generated`: its Regenerator). ValueError (one line) for a bad spec."""
     from dump_format import DumpInfo   # lazily: only a dump made on the fly needs it
     preset, _, count = spec[len(SPEC_PREFIX):].partition(":")
     if preset not in PRESETS or not (count == "" or count.isdigit() and int(count) > 0):
@@ -461,12 +461,10 @@ def spec_info(spec: str, device):
     num_features = np.concatenate([   # the first host draw of every chunk, as _generate_chunk makes it
         _draw_num_features(np.random.default_rng(np.random.SeedSequence([0, 1, chunk])), per_chunk, p["features"],
                            settings["feature_law"], block) for chunk in range(-(-n // per_chunk))])[:n]
-    regenerator = Regenerator(settings, device)
-    settings["read"] = lambda i: tuple(t[0].cpu().numpy() for t in regenerator.datasets(i, 1))
     splits = draw_splits(0, n, p["rows"], p["classes"], block).astype(np.int64)
     return DumpInfo(f"{SPEC_PREFIX}{preset}:{n}", n, p["rows"], p["features"], num_features.astype(np.int64),
                     np.full(n, p["rows"], np.int64), splits, p["classes"], block, "single_eval_pos", 0, 0,
-                    generated=settings)
+                    generated=Regenerator(settings, device))
 
 
 def file_settings(path) -> dict:
@@ -506,10 +504,11 @@ class Regenerator:
         x, y = (torch.cat([self._chunks[i][k] for i in indices])[offset:offset + count] for k in (0, 1))
         return x, y
 
-    def dataset_zero(self) -> tuple[np.ndarray, np.ndarray]:
-        """Dataset 0 as numpy X (R, F) and y (R,), made outside the cache (a start-up check on another thread)."""
-        x, y = self._chunk(0)
-        return x[0].cpu().numpy(), y[0].cpu().numpy()
+    def dataset(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Dataset `index` as numpy X (R, F) and y (R,), made outside the cache (start-up checks and digests, on a
+        thread other than a loader's)."""
+        x, y = self._chunk(index // self.per_chunk)
+        return x[index % self.per_chunk].cpu().numpy(), y[index % self.per_chunk].cpu().numpy()
 
     def _chunk(self, index):
         s = self.settings
