@@ -20,6 +20,7 @@ import torch
 
 import convert_h5
 import gds
+import prior_dump
 from dump_format import (BIN_ALIGNMENT, SCAN_CHUNK_BYTES, BinFormatError, BinRecords, DumpError, DumpInfo,
                          GdsUnavailable, batch_position, bin_paths, check_unchanged, check_values, open_dump,
                          read_sidecar, verify_bin_checksums)
@@ -548,8 +549,7 @@ def _free_memory_bytes(device: torch.device) -> int:
 
 def open_data(path, device="cpu", scan_values: bool = True) -> DumpInfo:
     """A dump file (open_dump), or `prior:PRESET[:N]`: the preset's datasets made on the fly on `device`."""
-    if str(path).startswith("prior:"):
-        import prior_dump   # lazily: only a dump made on the fly needs the prior
+    if str(path).startswith(prior_dump.SPEC_PREFIX):
         try:
             return prior_dump.spec_info(str(path), device)
         except ValueError as exc:
@@ -633,7 +633,6 @@ def _make_resident_loader(info, batch_size, device, config: LoaderConfig, positi
 
 
 def _make_prior_loader(info, batch_size, device, config: LoaderConfig, position) -> Loader:
-    import prior_dump   # lazily: only this path generates
     try:
         settings = info.generated.settings if info.generated else prior_dump.file_settings(info.path)
     except ValueError as exc:
