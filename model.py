@@ -37,6 +37,8 @@ MODEL_PRESETS = {
 }
 # Fields that change speed, never the math: a checkpoint may be loaded under any of their values.
 SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_layer_target_only")
+# feature_embedding's fixed codes: one per column position (a wider table reuses them cyclically), drawn from this seed.
+CODED_COLUMNS, COLUMN_CODE_SEED = 2000, 42
 
 
 @dataclass
@@ -46,7 +48,8 @@ class ModelConfig:
     broadcast sums that torch.compile fuses), grad_checkpoint (recompute each layer in the backward pass),
     last_layer_target_only (the last layer computes the target column only, and on unpadded tables only its test rows
     after the feature attention, on padded ones with "triton" only their datapoint attention: the decoder reads
-    nothing else; off "mha")."""
+    nothing else; off "mha"), feature_embedding (ColumnCodes: a learned projection of a fixed random code per
+    column position joins each cell, so equal columns differ; changes the math)."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -56,6 +59,7 @@ class ModelConfig:
     feature_attention: str = "sdpa"
     grad_checkpoint: bool = False
     last_layer_target_only: bool = False
+    feature_embedding: bool = False
 
     def __post_init__(self):
         for name in SIZE_FIELDS:
@@ -79,7 +83,7 @@ class ModelConfig:
         if self.attention == "fa4" and self.embedding_size // self.num_attention_heads not in FA4_HEAD_DIMS:
             raise ValueError(f"attention='fa4' runs at head sizes {FA4_HEAD_DIMS} (checked against SDPA), "
                              f"not {self.embedding_size // self.num_attention_heads}")
-        for name in ("grad_checkpoint", "last_layer_target_only"):
+        for name in ("grad_checkpoint", "last_layer_target_only", "feature_embedding"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -185,9 +189,17 @@ class NanoTabPFNModel(nn.Module):
                                     cfg.attention, cfg.feature_attention)
             for _ in range(cfg.num_layers))
         self.decoder = Decoder(cfg.embedding_size, cfg.mlp_hidden_size, cfg.num_outputs)
+        # Created last: the other modules' initial weights stay those of the same seed without it.
+        self.column_codes = ColumnCodes(cfg.embedding_size) if cfg.feature_embedding else None
 
     def extra_repr(self) -> str:
         return ", ".join(f"{name}={getattr(self.config, name)}" for name in SPEED_ONLY_FIELDS)
+
+    def _code_columns(self, x_emb: torch.Tensor) -> torch.Tensor:
+        """x_emb (B, R, F, E) plus each column position's code (feature_embedding), else x_emb itself."""
+        if self.column_codes is None:
+            return x_emb
+        return x_emb + self.column_codes(x_emb.shape[2])                          # + (F, E), broadcast
 
     def _run_blocks(self, x_emb: torch.Tensor, y_emb: torch.Tensor, *args) -> torch.Tensor:
         """Feature (B, R, C-1, E) and target (B, R, 1, E) cells through the blocks -> target cells (B, R, E), or
@@ -220,7 +232,7 @@ class NanoTabPFNModel(nn.Module):
         if not 1 <= split <= num_rows or y_src.shape[1] != split:
             raise ValueError(f"train_test_split_index {split} must be in 1..{num_rows} and equal "
                              f"y_train's length {y_src.shape[1]}")
-        x_emb = self.feature_encoder(x_src, split)       # (B, R, C-1, E)
+        x_emb = self._code_columns(self.feature_encoder(x_src, split))   # (B, R, C-1, E)
         y_emb = self.target_encoder(y_src, num_rows)     # (B, R, 1, E)
         target = self._run_blocks(x_emb, y_emb, split)   # (B, R, E), or (B, R-S, E) with the shortcut
         test_rows = target[:, target.shape[1] - (num_rows - split):]   # the last R-S rows either way (R-S may be 0)
@@ -244,7 +256,7 @@ class NanoTabPFNModel(nn.Module):
         columns = torch.arange(features_max + 1, device=device)
         row_keys = torch.arange(rows_max, device=device) < split            # (R,) train rows
         column_keys = (columns < num_features) | (columns == features_max)   # (C,) real features + target
-        x_emb = self.feature_encoder.forward_padded(x, row_keys)            # (B, R, C-1, E)
+        x_emb = self._code_columns(self.feature_encoder.forward_padded(x, row_keys))   # (B, R, C-1, E)
         y_emb = self.target_encoder.forward_padded(y, row_keys)             # (B, R, 1, E)
         block_mask = train_key_block_mask(split, rows_max, device) if self.config.attention == "flex" else None
         target = self._run_blocks(x_emb, y_emb, None, row_keys, column_keys, block_mask)   # (B, R, E)
@@ -284,6 +296,22 @@ class FeatureEncoder(nn.Module):
         mean = torch.where(mask, x, zero).sum(dim=1, keepdim=True) / count               # (B, 1, F, 1)
         var = torch.where(mask, (x - mean) ** 2, zero).sum(dim=1, keepdim=True) / count  # unbiased=False
         return self._embed(x, mean, var.sqrt())
+
+
+class ColumnCodes(nn.Module):
+    """A fixed random code (E // 4) per column position, projected to E by a learned linear layer (TabPFN v2's
+    "subspace" feature embedding). The codes are a persistent buffer: a checkpoint carries those it trained with."""
+
+    def __init__(self, embedding_size: int):
+        super().__init__()
+        generator = torch.Generator().manual_seed(COLUMN_CODE_SEED)   # its own generator: torch's RNG is not drawn
+        self.register_buffer("codes", torch.randn(CODED_COLUMNS, max(1, embedding_size // 4), generator=generator))
+        self.linear_layer = nn.Linear(self.codes.shape[1], embedding_size)
+
+    def forward(self, num_columns: int) -> torch.Tensor:
+        """(F, E): column j's projected code, j taken mod CODED_COLUMNS."""
+        index = torch.arange(num_columns, device=self.codes.device) % CODED_COLUMNS
+        return self.linear_layer(self.codes[index])
 
 
 class TargetEncoder(nn.Module):

@@ -68,6 +68,8 @@ def build_parser():
     s.add_argument("--grad-checkpoint", action="store_true", help="recompute each layer in backward (less memory)")
     s.add_argument("--last-layer-target-only", action="store_true",
                    help="the last layer computes only what the decoder reads: the target column (same math)")
+    s.add_argument("--feature-embedding", action="store_true",
+                   help="a learned code per column position joins its cells (TabPFN v2's; changes the model)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     s.add_argument("--recipe", choices=list(recipes.RECIPES),
                    help="real-tables: a model for real tables (2-10 classes, 2-32 features; docs/real-data.md says how "
@@ -294,7 +296,9 @@ def optimizations_block(session, args) -> list:
              + ("its test rows" if not c.cuda_graphs else "every row: the padded step"
                 + ("; triton attends from its test rows only" if m.attention == "triton" else "")) + ")"),
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention} "
-             + FEATURE_FORMS.get(m.feature_attention, ""))):
+             + FEATURE_FORMS.get(m.feature_attention, "")),
+            ("--feature-embedding", m.feature_embedding, "active (the model): a learned code per column position "
+             "joins its cells")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
     if c.compile:

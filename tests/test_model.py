@@ -131,7 +131,7 @@ def test_default_size_and_upstream_parameter_names():
     assert dataclasses.asdict(model.config) == dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192,
                                                    num_layers=3, num_outputs=2, attention="mha",
                                                    feature_attention="sdpa", grad_checkpoint=False,
-                                                   last_layer_target_only=False)
+                                                   last_layer_target_only=False, feature_embedding=False)
     expected = ["feature_encoder.linear_layer.weight", "feature_encoder.linear_layer.bias",
                 "target_encoder.linear_layer.weight", "target_encoder.linear_layer.bias"]
     expected += [f"transformer_blocks.{i}.{n}" for i in range(3) for n in UPSTREAM_LAYER_NAMES]
@@ -161,6 +161,8 @@ def test_config_errors():
         NanoTabPFNModel(grad_checkpoint="yes")
     with pytest.raises(ValueError, match="other than 'mha'"):
         NanoTabPFNModel(last_layer_target_only=True)
+    with pytest.raises(ValueError, match="feature_embedding must be a bool"):
+        NanoTabPFNModel(feature_embedding=1)
     with pytest.raises(ValueError, match="positive int"):
         ModelConfig(num_layers=0)
     with pytest.raises(TypeError):
@@ -299,7 +301,8 @@ def padded_loss_and_grads(model, xp, yp, split, rows, features):
 
 PATHS = [dict(attention="mha"), dict(attention="sdpa"), dict(attention="sdpa", feature_attention="matmul"),
          dict(attention="sdpa", feature_attention="broadcast"), dict(attention="sdpa", grad_checkpoint=True),
-         dict(attention="sdpa", feature_attention="broadcast", last_layer_target_only=True)]
+         dict(attention="sdpa", feature_attention="broadcast", last_layer_target_only=True),
+         dict(attention="sdpa", feature_attention="matmul", feature_embedding=True)]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -322,6 +325,28 @@ def test_forward_padded_equals_sliced_forward(path, garbage):
         keep = padded_test_row_mask(rows_max, torch.tensor(split), torch.tensor(rows))
         assert keep.sum() == rows - split
         assert (out[:, ~keep] == 0).all()
+
+
+@pytest.mark.parametrize("attention", ["mha", "sdpa"])
+def test_feature_embedding_tells_columns_apart_with_fixed_codes(attention):
+    """Without it the model is equivariant to a column permutation; with it the same table in another column order
+    predicts otherwise. Its codes come from a fixed seed, not from torch's RNG, and leave the other weights alone."""
+    x, y = make_inputs(2, 21, 4, 9, dtype=torch.float64)
+    order = torch.tensor([2, 0, 3, 1])
+    plain, coded = (make_model(3, torch.float64, attention=attention, feature_embedding=on) for on in (False, True))
+    with torch.no_grad():
+        outs = [(m((x, y[:, :9]), 9), m((x[:, :, order], y[:, :9]), 9)) for m in (plain, coded)]
+    torch.testing.assert_close(outs[0][0], outs[0][1], **TOL64)
+    assert (outs[1][0] - outs[1][1]).abs().max() > 1e-4
+    assert set(coded.state_dict()) - set(plain.state_dict()) == {"column_codes.codes", "column_codes.linear_layer.weight",
+                                                                 "column_codes.linear_layer.bias"}
+    torch.manual_seed(11)
+    fresh = NanoTabPFNModel(**SMALL).state_dict()
+    torch.manual_seed(11)
+    other = NanoTabPFNModel(**SMALL, feature_embedding=True)
+    assert all(torch.equal(fresh[k], v) for k, v in other.state_dict().items() if k in fresh)
+    torch.testing.assert_close(other.column_codes.codes, coded.column_codes.codes.float(), rtol=0, atol=0)
+    assert other.column_codes(2 + 2000).shape == (2002, SMALL["embedding_size"])   # past the codes: cyclic
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # flex_attention warns when run without torch.compile
