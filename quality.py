@@ -4,6 +4,7 @@
     python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
     python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
+    python quality.py margin [--from B1.json ...] A1.json ...   # per-task gains over baselines (or B), intervals
     python quality.py latency --out OUT.json [CKPT]   # fit + predict_proba time (default: the large preset)
 
 `score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
@@ -331,33 +332,46 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
             "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
 
 
-def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000) -> list:
+def _mean_per_task(records) -> dict:
+    """task -> the records' mean ROC AUC (one checkpoint per record), suite and held-out tasks together."""
+    scores = {}
+    for record in records:
+        (result,) = record["results"].values()
+        for scope in SUITES:
+            for task, auc in result[scope]["per_task"].items():
+                scores.setdefault(task, []).append(auc)
+    return {task: float(np.mean(aucs)) for task, aucs in scores.items()}
+
+
+def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000, base_records=None) -> list:
     """A markdown table: per group (all, multiclass, wide, held out) the records' per-task ROC AUC (mean over the
-    records, e.g. seeds) minus each baseline's, as the mean over tasks with a 95% paired bootstrap interval over tasks
-    (`resamples` resamples, generator seed 0) and the tasks won-lost."""
+    records, e.g. seeds) minus each baseline's, or minus base_records' (another run or point, e.g. 10 minutes where
+    the records are 20), as the mean over tasks with a 95% paired bootstrap interval over tasks (`resamples`
+    resamples, generator seed 0) and the tasks won-lost."""
     tasks, baselines = load_cached(records[0]["splits_per_task"])   # the baselines on the records' splits
     groups = {**{g: names for g, names in group_names(tasks["suite"] + tasks["heldout"]).items() if g != "binary"},
               "held out": {t.name for t in tasks["heldout"]}}
-    ours = {}
-    for record in records:
-        (result,) = record["results"].values()   # one checkpoint per record
-        for scope in SUITES:
-            for task, auc in result[scope]["per_task"].items():
-                ours.setdefault(task, []).append(auc)
+    ours = _mean_per_task(records)
+    if base_records:
+        (name,), minutes = base_records[0]["results"].keys(), {r.get("minutes") for r in base_records}
+        label = f"{name}" + (f" at {minutes.pop():g} min" if len(minutes) == 1 and None not in minutes else "")
+        rows = {label: _mean_per_task(base_records)}
+    else:
+        rows = {b: {**baselines["suite"][b]["per_task"], **baselines["heldout"][b]["per_task"]} for b in against}
     lines = ["| against | " + " | ".join(f"{g} ({len(names)})" for g, names in groups.items()) + " |",
              "|---|" + "---|" * len(groups)]
-    for baseline in against:
-        theirs = {**baselines["suite"][baseline]["per_task"], **baselines["heldout"][baseline]["per_task"]}
+    for label, theirs in rows.items():
         cells = []
         for names in groups.values():
-            difference = np.array([np.mean(ours[t]) - theirs[t] for t in sorted(names & ours.keys())])
+            difference = np.array([ours[t] - theirs[t] for t in sorted(names & ours.keys() & theirs.keys())])
             picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
             low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
             cells.append(f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {int((difference > 0).sum())}-"
                          f"{int((difference < 0).sum())}")
-        lines.append(f"| {baseline} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [f"\nEach cell: mean difference in ROC AUC [95% bootstrap interval over tasks, {resamples} "
-                    f"resamples] tasks won-lost; {len(records)} record(s) averaged per task."]
+                    f"resamples] tasks won-lost; {len(records)} record(s) averaged per task"
+                    + (f", {len(base_records)} on the other side." if base_records else ".")]
 
 
 def parse_args(argv=None):
@@ -390,6 +404,9 @@ def parse_args(argv=None):
     run.add_argument("train_flags", nargs="*", help="more train_optimized.py flags, after --")
     margin = commands.add_parser("margin", help="margins over baselines with bootstrap intervals over tasks")
     margin.add_argument("--against", default="catboost,lightgbm", help="the baselines to compare with, comma-separated")
+    margin.add_argument("--from", dest="base", nargs="+", metavar="RECORD", default=None,
+                        help="compare with these records (another run's seeds, or the same run at fewer minutes) "
+                             "in place of the baselines")
     margin.add_argument("records", nargs="+", help="score records of one run (its seeds), one checkpoint each")
     timing = commands.add_parser("latency", help="time fit + predict_proba of a 500 x 20 table (GPU target 100 ms)")
     timing.add_argument("--out", required=True, help="the latency record (JSON) to write")
@@ -446,13 +463,18 @@ def main(argv=None) -> int:
             if args.command == "curve":
                 print("\n".join(write_curve(args.out, records, args.records)))
                 return 0
-            against = args.against.split(",")
-            if any(len(r["results"]) != 1 for r in records) or len({r["splits_per_task"] for r in records}) != 1:
-                return fail("margin: every record must hold one checkpoint's scores (one run's seeds), on one "
-                            "number of splits")
-            if set(against) - set(evaluation.BASELINE_SETTINGS):
+            against, base = args.against.split(","), []
+            for path in args.base or []:
+                with open(path) as f:
+                    base.append(json.load(f))
+            both = records + base
+            if (any("summary" not in r or len(r["results"]) != 1 for r in both)
+                    or len({r["splits_per_task"] for r in both}) != 1):
+                return fail("margin: every record must be written by `quality.py score` and hold one checkpoint's "
+                            "scores (one run's seeds), all on one number of splits")
+            if not base and set(against) - set(evaluation.BASELINE_SETTINGS):
                 return fail(f"--against takes baselines among {', '.join(evaluation.BASELINE_SETTINGS)}, got {against}")
-            print("\n".join(margin_lines(records, against)))
+            print("\n".join(margin_lines(records, against, base_records=base)))
     except (ValueError, OSError, RuntimeError) as error:
         return fail(error)
     return 0

@@ -130,10 +130,18 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     low, high = (float(v) for v in cells[1].split("[")[1].split("]")[0].split(", "))
     assert min(difference) <= low <= np.mean(difference) <= high <= max(difference)
     assert cells[1].endswith(f"{sum(d > 0 for d in difference)}-{sum(d < 0 for d in difference)}")
+    # --from: the other side is another record set, paired by task (here seed 1 against seed 0)
+    assert quality.main(["margin", records[1], "--from", records[0]]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    gain = [ours[1][s]["per_task"][t] - ours[0][s]["per_task"][t] for s in ("suite", "heldout")
+            for t in ours[0][s]["per_task"]]
+    assert lines[2].startswith(f"| ten | {np.mean(gain):+.4f} [") and len(lines) == 5 and "1 on the other side" in lines[4]
     two = str(tmp_path / "two.json")
     assert quality.main(["score", "--out", two, "--splits", "2", "--device", "cpu", "--n-estimators", "1",
                          f"a={checkpoint(tmp_path / 'a.pt', 10)}", f"b={checkpoint(tmp_path / 'b.pt', 10)}"]) == 0
     assert quality.main(["margin", two]) == 2
+    assert "one checkpoint's scores" in capsys.readouterr().err
+    assert quality.main(["margin", records[0], "--from", two]) == 2
     assert "one checkpoint's scores" in capsys.readouterr().err
     assert quality.main(["margin", "--against", "knn,catbost", *records]) == 2
     assert "--against takes baselines among" in capsys.readouterr().err
