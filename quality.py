@@ -25,6 +25,7 @@ from safe_io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
+FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
 CURVE_CELLS = (("overall", "all"), ("overall", "multiclass"), ("overall", "wide"), ("suite", "all"),
                ("heldout", "all"))   # the curve table's columns: (scope, group)
 RECORD_DIR = os.path.join(real_data.REPO, "results", "real-data")
@@ -344,13 +345,16 @@ def _mean_per_task(records) -> dict:
 
 
 def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000, base_records=None) -> list:
-    """A markdown table: per group (all, multiclass, wide, held out) the records' per-task ROC AUC (mean over the
+    """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records' per-task ROC AUC (mean over the
     records, e.g. seeds) minus each baseline's, or minus base_records' (another run or point, e.g. 10 minutes where
     the records are 20), as the mean over tasks with a 95% paired bootstrap interval over tasks (`resamples`
     resamples, generator seed 0) and the tasks won-lost."""
     tasks, baselines = load_cached(records[0]["splits_per_task"])   # the baselines on the records' splits
+    train_rows = {t.name: len(t.splits[0][0]) for t in tasks["suite"] + tasks["heldout"]}
     groups = {**{g: names for g, names in group_names(tasks["suite"] + tasks["heldout"]).items() if g != "binary"},
-              "held out": {t.name for t in tasks["heldout"]}}
+              "held out": {t.name for t in tasks["heldout"]},
+              f"< {FEW_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n < FEW_TRAIN_ROWS},
+              f">= {MANY_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n >= MANY_TRAIN_ROWS}}
     ours = _mean_per_task(records)
     if base_records:
         (name,), minutes = base_records[0]["results"].keys(), {r.get("minutes") for r in base_records}
@@ -364,6 +368,9 @@ def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_
         cells = []
         for names in groups.values():
             difference = np.array([ours[t] - theirs[t] for t in sorted(names & ours.keys() & theirs.keys())])
+            if not len(difference):   # a group with no task the records scored
+                cells.append("—")
+                continue
             picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
             low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
             cells.append(f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {int((difference > 0).sum())}-"

@@ -119,7 +119,11 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     capsys.readouterr()
     assert quality.main(["margin", "--against", "knn,logistic_regression", *records]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| against | all (5) | multiclass (2) | wide (1) | held out (2) |"
+    tasks, _ = quality.load_cached(2)
+    rows = [len(t.splits[0][0]) for t in tasks["suite"] + tasks["heldout"]]
+    assert lines[0] == ("| against | all (5) | multiclass (2) | wide (1) | held out (2) | "
+                        f"< 100 train rows ({sum(n < 100 for n in rows)}) | >= 300 train rows ({sum(n >= 300 for n in rows)}) |")
+    assert sum(n >= 300 for n in rows) == 0 and lines[2].endswith("| — |")   # an empty group: a dash, no warning
     ours = [json.load(open(r))["results"]["ten"] for r in records]
     _, baselines = quality.load_cached(2)
     knn = {**baselines["suite"]["knn"]["per_task"], **baselines["heldout"]["knn"]["per_task"]}
