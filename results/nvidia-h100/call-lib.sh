@@ -85,6 +85,9 @@ finish)
     [ -e $CK/$name.pt ] || continue
     python -c "import sys, checkpoint; checkpoint.write_inference_copy(*sys.argv[1:])" $CK/$name.pt $W/$name.pt
   done
+  for name in ${KEEP_STATE:-}; do   # KEEP_STATE: whole checkpoints (about 44 MB for medium), for a later --resume
+    [ -e $CK/$name.pt ] && cp $CK/$name.pt $W/$name.pt
+  done
   pack B '*.txt' '*.log' '*.json' '*.csv' '*.pt'
   ls -la $OUT
   ;;
