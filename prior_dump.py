@@ -318,12 +318,17 @@ def _draw_num_features(rng, num, features, feature_law, block):
     return np.repeat(counts, block)[:num]
 
 
+def _chunk_seeds(seed: int, chunk_index: int) -> np.random.SeedSequence:
+    """The seeds of chunk `chunk_index`: its host draws (the first: its feature counts) and its torch generator."""
+    return np.random.SeedSequence([seed, 1, chunk_index])
+
+
 def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, device, feature_law="uniform", block=32,
                     mix=PriorMix()):
     """Chunk `chunk_index` of `num` datasets (splits: the dump's single_eval_pos, numpy):
     X (num, R, F) float32, y (num, R) float32, num_features (num,)."""
     splits = torch.from_numpy(splits[chunk_index * num:(chunk_index + 1) * num]).to(device, torch.long)
-    seeds = np.random.SeedSequence([seed, 1, chunk_index])
+    seeds = _chunk_seeds(seed, chunk_index)
     rng = np.random.default_rng(seeds)   # host draws that decide shapes or subsets: no device sync
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
@@ -457,14 +462,13 @@ def spec_info(spec: str, device):
     settings = dict(num_datasets=int(count or p["num_datasets"]), rows=p["rows"], features=p["features"],
                     classes=p["classes"], seed=0, original_batch_size=block, made_on=device.type,
                     feature_law=p.get("feature_law", "uniform"), mix=PriorMix())
-    per_chunk, n = chunk_size(p["rows"]), settings["num_datasets"]
+    regenerator, per_chunk, n = Regenerator(settings, device), chunk_size(p["rows"]), settings["num_datasets"]
     num_features = np.concatenate([   # the first host draw of every chunk, as _generate_chunk makes it
-        _draw_num_features(np.random.default_rng(np.random.SeedSequence([0, 1, chunk])), per_chunk, p["features"],
+        _draw_num_features(np.random.default_rng(_chunk_seeds(settings["seed"], chunk)), per_chunk, p["features"],
                            settings["feature_law"], block) for chunk in range(-(-n // per_chunk))])[:n]
-    splits = draw_splits(0, n, p["rows"], p["classes"], block).astype(np.int64)
     return DumpInfo(f"{SPEC_PREFIX}{preset}:{n}", n, p["rows"], p["features"], num_features.astype(np.int64),
-                    np.full(n, p["rows"], np.int64), splits, p["classes"], block, "single_eval_pos", 0, 0,
-                    generated=Regenerator(settings, device))
+                    np.full(n, p["rows"], np.int64), regenerator.splits[:n].astype(np.int64), p["classes"], block,
+                    "single_eval_pos", 0, 0, generated=regenerator)
 
 
 def file_settings(path) -> dict:
