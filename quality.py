@@ -345,10 +345,10 @@ def _mean_per_task(records) -> dict:
 
 
 def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000, base_records=None) -> list:
-    """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records' per-task ROC AUC (mean over the
-    records, e.g. seeds) minus each baseline's, or minus base_records' (another run or point, e.g. 10 minutes where
-    the records are 20), as the mean over tasks with a 95% paired bootstrap interval over tasks (`resamples`
-    resamples, generator seed 0) and the tasks won-lost."""
+    """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records'
+    per-task ROC AUC (mean over the records, e.g. seeds) minus each baseline's, or minus base_records' (another run or
+    point, e.g. 10 minutes where the records are 20), as the mean over tasks with a 95% paired bootstrap interval over
+    tasks (`resamples` resamples, generator seed 0) and the tasks won-lost."""
     tasks, baselines = load_cached(records[0]["splits_per_task"])   # the baselines on the records' splits
     train_rows = {t.name: len(t.splits[0][0]) for t in tasks["suite"] + tasks["heldout"]}
     groups = {**{g: names for g, names in group_names(tasks["suite"] + tasks["heldout"]).items() if g != "binary"},
@@ -461,24 +461,21 @@ def main(argv=None) -> int:
             record = latency(args.checkpoint, args.device, args.repeats, args.warmup)
             write_json_atomic(args.out, {"commit": git_commit(), **record}, "latency record")
         else:   # curve, margin: score records in
-            records = []
-            for path in args.records:
+            paths = args.records + (getattr(args, "base", None) or [])
+            loaded = []
+            for path in paths:
                 with open(path) as f:
-                    records.append(json.load(f))
-            if any("summary" not in r for r in records):
+                    loaded.append(json.load(f))
+            if any("summary" not in r for r in loaded):
                 return fail("every record must be written by `python quality.py score`")
+            records, base = loaded[:len(args.records)], loaded[len(args.records):]
             if args.command == "curve":
                 print("\n".join(write_curve(args.out, records, args.records)))
                 return 0
-            against, base = args.against.split(","), []
-            for path in args.base or []:
-                with open(path) as f:
-                    base.append(json.load(f))
-            both = records + base
-            if (any("summary" not in r or len(r["results"]) != 1 for r in both)
-                    or len({r["splits_per_task"] for r in both}) != 1):
-                return fail("margin: every record must be written by `quality.py score` and hold one checkpoint's "
-                            "scores (one run's seeds), all on one number of splits")
+            against = args.against.split(",")
+            if any(len(r["results"]) != 1 for r in loaded) or len({r["splits_per_task"] for r in loaded}) != 1:
+                return fail("margin: every record must hold one checkpoint's scores (one run's seeds), all on one "
+                            "number of splits")
             if not base and set(against) - set(evaluation.BASELINE_SETTINGS):
                 return fail(f"--against takes baselines among {', '.join(evaluation.BASELINE_SETTINGS)}, got {against}")
             print("\n".join(margin_lines(records, against, base_records=base)))
