@@ -32,6 +32,7 @@ PRESETS = {
     "real": dict(num_datasets=200_000, rows=512, features=32, classes=10, feature_law="block-log"),
 }
 FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, or log-uniform per aligned block
+TRAIN_LAWS = ("uniform", "log")            # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
@@ -46,6 +47,8 @@ class PriorMix(NamedTuple):
     tree_depth: int = 4          # trees are U{2..tree_depth} levels deep
     noise_scale: float = 1.0     # multiplies every dataset's noise std (MLP nodes 0.01-0.3, tree targets 0.02-0.5)
     proxy_share: float = 0.0     # share of datasets with one column a noisy copy of the target
+    binary_share: float = 0.0    # share of datasets with 2 classes outright; the rest draw 2..C
+    train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, or "log": log-uniform
 
 
 class DumpGroup(NamedTuple):
@@ -333,7 +336,10 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seeds.generate_state(1, np.uint64)[0]))
     num_features = torch.from_numpy(_draw_num_features(rng, num, features, feature_law, block)).to(device)
-    num_classes = torch.from_numpy(rng.integers(2, classes + 1, num)).to(device)
+    num_classes = rng.integers(2, classes + 1, num)
+    if mix.binary_share > 0:   # no draw at 0: the prior as it was
+        num_classes = np.where(rng.random(num) < mix.binary_share, 2, num_classes)
+    num_classes = torch.from_numpy(num_classes).to(device)
     is_tree = rng.random(num) < mix.tree_share
     groups = _row_groups(gen, rng, num, rows, mix.grouped_rows, device) if mix.grouped_rows > 0 else None   # 0: no draw
     x = torch.empty(num, rows, features, device=device)
@@ -358,13 +364,15 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
 def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix=PriorMix()):
     """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
     for name, share in (("grouped_rows", mix.grouped_rows), ("tree_share", mix.tree_share),
-                        ("proxy_share", mix.proxy_share)):
+                        ("proxy_share", mix.proxy_share), ("binary_share", mix.binary_share)):
         if not 0.0 <= share <= 1.0:   # also rejects NaN
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     if not isinstance(mix.tree_depth, (int, np.integer)) or not 2 <= mix.tree_depth <= 10:
         raise ValueError(f"tree_depth must be an integer in 2..10, got {mix.tree_depth!r}")
     if not 0.0 <= mix.noise_scale <= 10.0:   # also rejects NaN
         raise ValueError(f"noise_scale must be in [0, 10], got {mix.noise_scale!r}")
+    if mix.train_law not in TRAIN_LAWS:
+        raise ValueError(f"train_law must be one of {', '.join(TRAIN_LAWS)}, got {mix.train_law!r}")
     if mix.tree_share == 0 and mix.tree_depth != PriorMix().tree_depth:
         raise ValueError(f"tree_depth {mix.tree_depth} has no effect with tree_share 0 (no tables from trees)")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
@@ -378,11 +386,13 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
                          "a row in the train part and one in the test part")
 
 
-def draw_splits(seed, num_datasets, rows, classes, original_batch_size):
-    """single_eval_pos (N,) int32: int(R * U(0.1, 0.9)) per aligned original batch, clamped to
-    [classes, R - classes] so each side can hold a row of every class."""
+def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_law="uniform"):
+    """single_eval_pos (N,) int32: int(R * share) per aligned original batch, the share U(0.1, 0.9) or ("log")
+    log-uniform on [0.1, 0.9], clamped to [classes, R - classes] so each side can hold a row of every class."""
     num_blocks = -(-num_datasets // original_batch_size)
-    u = np.random.default_rng(np.random.SeedSequence([seed, 0])).uniform(0.1, 0.9, num_blocks)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
+    u = rng.uniform(0.1, 0.9, num_blocks) if train_law == "uniform" else np.exp(rng.uniform(math.log(0.1),
+                                                                                          math.log(0.9), num_blocks))
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 
@@ -427,7 +437,7 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
     chunks_per_group = -(-int(group_size) // per_chunk)
     num_chunks = -(-num_datasets // per_chunk)
     # splits for whole chunks: the last, truncated chunk is built exactly as in a larger dump
-    splits = draw_splits(seed, num_chunks * per_chunk, rows, classes, original_batch_size)
+    splits = draw_splits(seed, num_chunks * per_chunk, rows, classes, original_batch_size, mix.train_law)
     if feature_law not in FEATURE_LAWS:
         raise ValueError(f"feature_law must be one of {FEATURE_LAWS}, got {feature_law!r}")
     chunks = _in_order(lambda index: _generate_chunk(seed, index, per_chunk, rows, features, classes, splits, device,
@@ -497,7 +507,7 @@ class Regenerator:
         self.per_chunk = chunk_size(settings["rows"])
         num_chunks = -(-settings["num_datasets"] // self.per_chunk)
         self.splits = draw_splits(settings["seed"], num_chunks * self.per_chunk, settings["rows"], settings["classes"],
-                                  settings["original_batch_size"])
+                                  settings["original_batch_size"], settings["mix"].train_law)
         self._chunks = {}   # the chunks the last call used: a batch reads its chunk per_chunk / B times
 
     def datasets(self, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -659,6 +669,12 @@ def main(argv=None):
     parser.add_argument("--proxy-share", type=float, default=PriorMix().proxy_share, metavar="SHARE",
                         help="share of datasets where one column is the target plus noise, as real tables often "
                              f"have a column that nearly decides the label (default {PriorMix().proxy_share})")
+    parser.add_argument("--binary-share", type=float, default=PriorMix().binary_share, metavar="SHARE",
+                        help="share of datasets with 2 classes outright, the rest 2..C (real tables are mostly "
+                             f"binary; default {PriorMix().binary_share})")
+    parser.add_argument("--train-law", choices=TRAIN_LAWS, default=PriorMix().train_law,
+                        help="training rows per block: a share U(0.1, 0.9) of R, or log-uniform on [0.1 R, 0.9 R] (each "
+                             f"doubling of the rows as likely, as in real tables; default {PriorMix().train_law})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -679,7 +695,7 @@ def main(argv=None):
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
                            mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth, args.noise_scale,
-                                        args.proxy_share), **shape)
+                                        args.proxy_share, args.binary_share, args.train_law), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
     except MemoryError:

@@ -169,7 +169,7 @@ def _main(argv, capsys):
     ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
     ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
     ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"], ["--tree-depth", "1"],
-    ["--noise-scale", "-1"],
+    ["--noise-scale", "-1"], ["--binary-share", "2"], ["--train-law", "sqrt"],
 ])
 def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
@@ -428,3 +428,46 @@ def test_proxy_share_gives_tables_a_column_that_nearly_decides_the_label():
     for share in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="proxy_share"):
             list(prior_dump.generate(mix=Mix(proxy_share=share), **args))
+
+
+def test_binary_share_draws_two_classes_that_often():
+    """--binary-share: 0 is the prior as it was (bitwise); at 1 every table has exactly 2 classes, at 0.5 about
+    half more than the 1 in C - 1 of the plain draw; out of range is refused."""
+    Mix = prior_dump.PriorMix
+    args = dict(num_datasets=512, rows=60, features=3, classes=6, seed=8, original_batch_size=8)
+    default, zero = (_concat(prior_dump.generate(mix=mix, **args)) for mix in (Mix(), Mix(binary_share=0.0)))
+    assert all(np.array_equal(default[key], zero[key]) for key in default)
+
+    def binary_fraction(data):
+        return np.mean([len(np.unique(y)) == 2 for y in data["y"]])
+    assert binary_fraction(_concat(prior_dump.generate(mix=Mix(binary_share=1.0), **args))) == 1.0
+    half = binary_fraction(_concat(prior_dump.generate(mix=Mix(binary_share=0.5), **args)))
+    assert abs(half - (0.5 + 0.5 / 5)) < 0.08 and binary_fraction(default) < 0.3
+    for share in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="binary_share"):
+            list(prior_dump.generate(mix=Mix(binary_share=share), **args))
+
+
+def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
+    """--train-law log: the training rows are log-uniform on [0.1 R, 0.9 R] per aligned block (half the blocks
+    under R / 3.3), within the class bounds; "uniform" is the prior as it was; the law survives the file, so the
+    on-the-fly prior regenerates a log dump exactly; an unknown law is refused."""
+    Mix = prior_dump.PriorMix
+    rows, classes = 500, 4
+    uniform, log = (prior_dump.draw_splits(3, 4000, rows, classes, 1, law) for law in ("uniform", "log"))
+    assert np.array_equal(uniform, prior_dump.draw_splits(3, 4000, rows, classes, 1))
+    assert log.min() >= 0.1 * rows - 1 and log.max() <= 0.9 * rows
+    assert abs(np.median(log) - rows * 0.3) < 12 and abs(np.median(uniform) - rows * 0.5) < 12
+    assert abs(np.mean(log < 100) - np.log(2) / np.log(9)) < 0.03 and np.mean(uniform < 100) < 0.15
+    path = tmp_path / "log.h5"
+    prior_dump.write_dump(path, 40, 60, 3, 3, seed=1, progress=False, original_batch_size=8,
+                          mix=Mix(train_law="log"))
+    settings = prior_dump.file_settings(path)
+    assert settings["mix"].train_law == "log"
+    regenerated = prior_dump.Regenerator(settings, "cpu")
+    x, y = regenerated.datasets(0, 40)
+    data = _read(path)
+    assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
+    assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
+    with pytest.raises(ValueError, match="train_law"):
+        list(prior_dump.generate(40, 60, 3, 3, 1, mix=Mix(train_law="sqrt")))
