@@ -391,8 +391,12 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_la
     log-uniform on [0.1, 0.9], clamped to [classes, R - classes] so each side can hold a row of every class."""
     num_blocks = -(-num_datasets // original_batch_size)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
-    u = rng.uniform(0.1, 0.9, num_blocks) if train_law == "uniform" else np.exp(rng.uniform(math.log(0.1),
-                                                                                          math.log(0.9), num_blocks))
+    if train_law == "uniform":
+        u = rng.uniform(0.1, 0.9, num_blocks)
+    elif train_law == "log":   # each doubling of the training rows as likely
+        u = np.exp(rng.uniform(math.log(0.1), math.log(0.9), num_blocks))
+    else:
+        raise ValueError(f"train_law must be one of {', '.join(TRAIN_LAWS)}, got {train_law!r}")
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 

@@ -469,5 +469,7 @@ def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
     data = _read(path)
     assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
     assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
-    with pytest.raises(ValueError, match="train_law"):
-        list(prior_dump.generate(40, 60, 3, 3, 1, mix=Mix(train_law="sqrt")))
+    for refused in (lambda: list(prior_dump.generate(40, 60, 3, 3, 1, mix=Mix(train_law="sqrt"))),
+                    lambda: prior_dump.draw_splits(3, 40, rows, classes, 1, "sqrt")):
+        with pytest.raises(ValueError, match="train_law"):
+            refused()
