@@ -371,8 +371,9 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
         raise ValueError(f"tree_depth must be an integer in 2..10, got {mix.tree_depth!r}")
     if not 0.0 <= mix.noise_scale <= 10.0:   # also rejects NaN
         raise ValueError(f"noise_scale must be in [0, 10], got {mix.noise_scale!r}")
-    if mix.train_law not in TRAIN_LAWS:
-        raise ValueError(f"train_law must be one of {', '.join(TRAIN_LAWS)}, got {mix.train_law!r}")
+    _check_train_law(mix.train_law)
+    if mix.binary_share > 0 and classes == 2:
+        raise ValueError(f"binary_share {mix.binary_share} has no effect with classes 2 (every table is binary)")
     if mix.tree_share == 0 and mix.tree_depth != PriorMix().tree_depth:
         raise ValueError(f"tree_depth {mix.tree_depth} has no effect with tree_share 0 (no tables from trees)")
     for name, value, low in (("num_datasets", num_datasets, 1), ("rows", rows, 4),
@@ -386,17 +387,21 @@ def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_siz
                          "a row in the train part and one in the test part")
 
 
+def _check_train_law(train_law: str) -> None:
+    if train_law not in TRAIN_LAWS:
+        raise ValueError(f"train_law must be one of {', '.join(TRAIN_LAWS)}, got {train_law!r}")
+
+
 def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_law="uniform"):
     """single_eval_pos (N,) int32: int(R * share) per aligned original batch, the share U(0.1, 0.9) or ("log")
     log-uniform on [0.1, 0.9], clamped to [classes, R - classes] so each side can hold a row of every class."""
+    _check_train_law(train_law)
     num_blocks = -(-num_datasets // original_batch_size)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     if train_law == "uniform":
         u = rng.uniform(0.1, 0.9, num_blocks)
-    elif train_law == "log":   # each doubling of the training rows as likely
+    else:   # "log": each doubling of the training rows as likely
         u = np.exp(rng.uniform(math.log(0.1), math.log(0.9), num_blocks))
-    else:
-        raise ValueError(f"train_law must be one of {', '.join(TRAIN_LAWS)}, got {train_law!r}")
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 

@@ -446,6 +446,8 @@ def test_binary_share_draws_two_classes_that_often():
     for share in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="binary_share"):
             list(prior_dump.generate(mix=Mix(binary_share=share), **args))
+    with pytest.raises(ValueError, match="no effect with classes 2"):   # all binary already: a flag doing nothing
+        list(prior_dump.generate(mix=Mix(binary_share=0.5), **{**args, "classes": 2}))
 
 
 def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
