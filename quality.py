@@ -27,6 +27,7 @@ AUTOCASTS = ("auto", "off", "bf16")   # classifier.AUTOCASTS, not imported (torc
 
 SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
+MARGIN_AGAINST = ("catboost", "lightgbm")   # margin's baselines unless --against names others
 FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
 CURVE_CELLS = (("overall", "all"), ("overall", "multiclass"), ("overall", "wide"), ("suite", "all"),
                ("heldout", "all"))   # the curve table's columns: (scope, group)
@@ -346,7 +347,7 @@ def _mean_per_task(records) -> dict:
     return {task: float(np.mean(aucs)) for task, aucs in scores.items()}
 
 
-def margin_lines(records, against=("catboost", "lightgbm"), resamples: int = 10_000, base_records=None) -> list:
+def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_records=None) -> list:
     """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records'
     per-task ROC AUC (mean over the records, e.g. seeds) minus each baseline's, or minus base_records' (another run or
     point, e.g. 10 minutes where the records are 20), as the mean over tasks with a 95% paired bootstrap interval over
@@ -412,7 +413,8 @@ def parse_args(argv=None):
     run.add_argument("--out", required=True, help="folder for checkpoints, logs, score records and the curve")
     run.add_argument("train_flags", nargs="*", help="more train_optimized.py flags, after --")
     margin = commands.add_parser("margin", help="margins over baselines with bootstrap intervals over tasks")
-    margin.add_argument("--against", default="catboost,lightgbm", help="the baselines to compare with, comma-separated")
+    margin.add_argument("--against", default=None,
+                        help=f"the baselines to compare with, comma-separated (default {','.join(MARGIN_AGAINST)})")
     margin.add_argument("--from", dest="base", nargs="+", metavar="RECORD", default=None,
                         help="compare with these records (another run's seeds, or the same run at fewer minutes) "
                              "in place of the baselines")
@@ -474,7 +476,9 @@ def main(argv=None) -> int:
             if args.command == "curve":
                 print("\n".join(write_curve(args.out, records, args.records)))
                 return 0
-            against = args.against.split(",")
+            if base and args.against:
+                return fail("margin: --against picks baselines, --from compares with records instead: give one")
+            against = args.against.split(",") if args.against else list(MARGIN_AGAINST)
             if any(len(r["results"]) != 1 for r in loaded) or len({r["splits_per_task"] for r in loaded}) != 1:
                 return fail("margin: every record must hold one checkpoint's scores (one run's seeds), all on one "
                             "number of splits")

@@ -147,6 +147,8 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert "one checkpoint's scores" in capsys.readouterr().err
     assert quality.main(["margin", records[0], "--from", two]) == 2
     assert "one checkpoint's scores" in capsys.readouterr().err
+    assert quality.main(["margin", records[1], "--from", records[0], "--against", "knn"]) == 2   # not ignored
+    assert "give one" in capsys.readouterr().err
     assert quality.main(["margin", "--against", "knn,catbost", *records]) == 2
     assert "--against takes baselines among" in capsys.readouterr().err
 
