@@ -12,7 +12,9 @@
 # mean + 0.005.
 # Commands (<= 600 s each; issue each as soon as the last returns; carry the 4 suite/baseline caches and .whl):
 #   PHASE=a: bash call.sh start; bash call.sh wait; KEEP_STATE=recipe-s0 bash call.sh finish; bash call.sh state recipe-s1
-#   PHASE=b: cp data/ck/* /tmp/parts (one call per part set); bash call.sh start; bash call.sh finish
+#   PHASE=b: the 8 parts (split -b 15M) two per call, each call `mkdir -p /tmp/parts; cp data/ck/* /tmp/parts/`
+#   (the tree is 29 MB of the 64 MiB a call carries); the fourth call also carries data/ck/SHA256SUMS, the caches
+#   and .whl, then runs `PHASE=b bash call.sh start`; then `PHASE=b bash call.sh finish`. Ask for nvidia-h200-x2.
 LONG=${LONG:-1200}; BUDGET=${BUDGET:-600}; LAST=${LAST:-1800}; export LONG LAST
 export PHASE=${PHASE:-a}
 DATA=""                                   # the recipe's own data, made on the fly
