@@ -32,7 +32,7 @@ PRESETS = {
     "real": dict(num_datasets=200_000, rows=512, features=32, classes=10, feature_law="block-log"),
 }
 FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, or log-uniform per aligned block
-TRAIN_LAWS = ("uniform", "log")            # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
+TRAIN_LAWS = ("uniform", "log", "mixed")   # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
@@ -48,7 +48,7 @@ class PriorMix(NamedTuple):
     noise_scale: float = 1.0     # multiplies every dataset's noise std (MLP nodes 0.01-0.3, tree targets 0.02-0.5)
     proxy_share: float = 0.0     # share of datasets with one column a noisy copy of the target
     binary_share: float = 0.0    # share of datasets with 2 classes outright; the rest draw 2..C
-    train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, or "log": log-uniform
+    train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, "log": log-uniform, "mixed"
 
 
 class DumpGroup(NamedTuple):
@@ -393,15 +393,20 @@ def _check_train_law(train_law: str) -> None:
 
 
 def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_law="uniform"):
-    """single_eval_pos (N,) int32: int(R * share) per aligned original batch, the share U(0.1, 0.9) or ("log")
-    log-uniform on [0.1, 0.9], clamped to [classes, R - classes] so each side can hold a row of every class."""
+    """single_eval_pos (N,) int32: int(R * share) per aligned original batch, the share U(0.1, 0.9), ("log")
+    log-uniform on [0.1, 0.9] or ("mixed") either with even odds per block, clamped to [classes, R - classes] so each
+    side can hold a row of every class."""
     _check_train_law(train_law)
     num_blocks = -(-num_datasets // original_batch_size)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     if train_law == "uniform":
         u = rng.uniform(0.1, 0.9, num_blocks)
-    else:   # "log": each doubling of the training rows as likely
+    elif train_law == "log":   # each doubling of the training rows as likely
         u = np.exp(rng.uniform(math.log(0.1), math.log(0.9), num_blocks))
+    else:   # "mixed": the log law's short tables beside the uniform law's long ones; three draws a block, so N
+            # datasets stay a prefix of M > N
+        log_draw, uniform_draw, coin = rng.random((num_blocks, 3)).T
+        u = np.where(coin < 0.5, 0.1 + 0.8 * uniform_draw, np.exp(math.log(0.1) + math.log(9) * log_draw))
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 
@@ -682,8 +687,9 @@ def main(argv=None):
                         help="share of datasets with 2 classes outright, the rest 2..C (real tables are mostly "
                              f"binary; default {PriorMix().binary_share})")
     parser.add_argument("--train-law", choices=TRAIN_LAWS, default=PriorMix().train_law,
-                        help="training rows per block: a share U(0.1, 0.9) of R, or log-uniform on [0.1 R, 0.9 R] (each "
-                             f"doubling of the rows as likely, as in real tables; default {PriorMix().train_law})")
+                        help="training rows per block: a share U(0.1, 0.9) of R, log-uniform on [0.1 R, 0.9 R] (each "
+                             "doubling of the rows as likely, as in real tables), or mixed (either, even odds per block; "
+                             f"default {PriorMix().train_law})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")

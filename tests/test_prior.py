@@ -452,7 +452,8 @@ def test_binary_share_draws_two_classes_that_often():
 
 def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
     """--train-law log: the training rows are log-uniform on [0.1 R, 0.9 R] per aligned block (half the blocks
-    under R / 3.3), within the class bounds; "uniform" is the prior as it was; the law survives the file, so the
+    under R / 3.3), within the class bounds; "mixed" draws either law per block, and N datasets' draws are a prefix
+    of M's; "uniform" is the prior as it was; the law survives the file, so the
     on-the-fly prior regenerates a log dump exactly; an unknown law is refused."""
     Mix = prior_dump.PriorMix
     rows, classes = 500, 4
@@ -461,6 +462,10 @@ def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
     assert log.min() >= 0.1 * rows - 1 and log.max() <= 0.9 * rows
     assert abs(np.median(log) - rows * 0.3) < 12 and abs(np.median(uniform) - rows * 0.5) < 12
     assert abs(np.mean(log < 100) - np.log(2) / np.log(9)) < 0.03 and np.mean(uniform < 100) < 0.15
+    mixed = prior_dump.draw_splits(3, 4000, rows, classes, 1, "mixed")   # either law, even odds per block
+    assert abs(np.mean(mixed < 100) - (np.mean(log < 100) + np.mean(uniform < 100)) / 2) < 0.03
+    assert abs(np.median(mixed) - rows * 0.4) < 15 and mixed.min() >= 0.1 * rows - 1 and mixed.max() <= 0.9 * rows
+    assert np.array_equal(prior_dump.draw_splits(3, 999, rows, classes, 1, "mixed"), mixed[:999])   # a prefix
     path = tmp_path / "log.h5"
     prior_dump.write_dump(path, 40, 60, 3, 3, seed=1, progress=False, original_batch_size=8,
                           mix=Mix(train_law="log"))
