@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # #34's curve at its true 30-minute point: the recipe as README gives it (`--recipe real-tables`, medium, its prior
-# made on the fly), seeds 0 and 1, one GPU each (phase a ran on two H200s). A machine is held 30 minutes at most, and a session has 30 minutes
-# of device time, so each run spans two machines:
+# made on the fly), seeds 0 and 1, one GPU each (phase a ran on two H200s). A machine is held 30 minutes at most,
+# and a session has 30 minutes of device time, so each run spans two machines:
 # - PHASE=a: 20 minutes of training, a checkpoint at 10, each scored on its GPU (104 tasks, 5 splits, every baseline
 #   on the same splits); the whole 20-minute checkpoints (model and optimizer state) come back for the next machine.
 #   feature-embedding trained these seeds with the same flags and data for 20 minutes: 0.7646 / 0.7641 at 10,
