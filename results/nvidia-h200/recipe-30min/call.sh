@@ -14,7 +14,8 @@
 # mixed` (either training-row law per block; prior-shapes' log law gained +0.0035 on tasks under 100 training rows and
 # -0.0007 on those of 300 or more), seeds 0 and 1, a checkpoint at 3 minutes, its 100k-table dump made on GPU 2.
 # Rule written before the run: the mixed law joins the recipe if its 10-minute mean (2 seeds) is >= phase a's 10-minute
-# mean on the same cards + 0.001 (0.7644 + 0.001 = 0.7654) and its held-out mean is not below phase a's (0.7823).
+# mean on the same cards + 0.001 (0.7644 + 0.001 = 0.7654) and its held-out mean is not below phase a's (0.7823);
+# if H100s come, against feature-embedding's H100 runs of the recipe (0.7644 + 0.001, held out 0.7825).
 # Commands (<= 600 s each; issue each as soon as the last returns; carry the 4 suite/baseline caches and .whl):
 #   PHASE=a: bash call.sh start; bash call.sh wait; KEEP_STATE=recipe-s0 bash call.sh finish; bash call.sh state recipe-s1
 #   PHASE=b: the 8 parts (split -b 15M) two per call, each call `mkdir -p /tmp/parts; cp data/ck/* /tmp/parts/`
