@@ -1,0 +1,63 @@
+"""The recipe's seed-0 model at 10 and at 20 minutes, scored with the classifier's extras off (no linear columns, no
+id frequencies; 4 members), first 2 splits of every task, on this CPU; beside it, the same splits of their GPU scores
+with the extras on.
+
+    python raw_gain.py OUT.json 10MIN.pt 20MIN.pt      # about 15 minutes on 2 cores
+    python raw_gain.py --summary OUT.json              # means over the tasks; gains paired over tasks"""
+import json
+import sys
+import time
+
+import numpy as np
+
+ROOT = __file__.rsplit("/results/", 1)[0]
+sys.path.insert(0, ROOT)
+import evaluation  # noqa: E402
+import real_data  # noqa: E402
+
+GPU_SCORES = (ROOT + "/results/nvidia-h100/dp-seeds/score-recipe-s0-600s.json",        # the 10-minute model
+              ROOT + "/results/nvidia-h200/recipe-30min/score-recipe-s0-1200s.json")   # the 20-minute one
+
+
+def score(out, paths):
+    from classifier import NanoTabPFNClassifier
+    models = [NanoTabPFNClassifier.from_checkpoint(p, device="cpu", linear_columns=False, id_encoding=False)
+              for p in paths]
+    rows, t0 = {}, time.time()
+    for which in ("suite", "heldout"):
+        for task in real_data.read_cache(real_data.SUITES[which]):
+            k = int(task.y.max()) + 1
+            for i in range(2):
+                X_tr, X_te, y_tr, y_te = task.split(i)
+                rows[f"{which}:{task.name}#{i}"] = [
+                    evaluation.split_scores(y_te, np.asarray(m.fit(X_tr, y_tr).predict_proba(X_te)), m.classes_, k)[0]
+                    for m in models]
+            print(which, task.name, f"{time.time() - t0:.0f}s", flush=True)
+    json.dump({"checkpoints": paths, "roc_auc": rows}, open(out, "w"))
+
+
+def gpu_splits(path):
+    results = json.load(open(path))["results"]
+    name = list(results)[0]
+    return {f"{w}:{k}": v for w in results[name] for k, v in results[name][w]["per_split"].items()}
+
+
+def summary(path):
+    raw = json.load(open(path))["roc_auc"]
+    ten, twenty = (gpu_splits(p) for p in GPU_SCORES)
+    tasks = {}
+    for key, (raw10, raw20) in raw.items():
+        tasks.setdefault(key.split("#")[0], []).append((ten[key], twenty[key], raw10, raw20))
+    m = np.array([np.mean(v, 0) for v in tasks.values()])   # (tasks, [extras 10, extras 20, raw 10, raw 20])
+    print(f"{len(m)} tasks, 2 splits: with extras (GPU) 10 min {m[:, 0].mean():.4f}, 20 min {m[:, 1].mean():.4f}; "
+          f"extras off (CPU) 10 min {m[:, 2].mean():.4f}, 20 min {m[:, 3].mean():.4f}")
+    rng = np.random.default_rng(0)
+    for name, diff in (("with extras, 20 - 10 min", m[:, 1] - m[:, 0]), ("extras off, 20 - 10 min", m[:, 3] - m[:, 2]),
+                       ("extras' gain at 10 min", m[:, 0] - m[:, 2]), ("extras' gain at 20 min", m[:, 1] - m[:, 3])):
+        boot = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(10_000)]
+        low, high = np.percentile(boot, [2.5, 97.5])
+        print(f"{name}: {diff.mean():+.4f} [{low:+.4f}, {high:+.4f}] {(diff > 0).sum()}-{(diff < 0).sum()}")
+
+
+if __name__ == "__main__":
+    summary(sys.argv[2]) if sys.argv[1] == "--summary" else score(sys.argv[1], sys.argv[2:4])
