@@ -22,7 +22,7 @@ from dump_format import DumpError, batch_position, bin_paths, dump_content_diges
 import evaluation
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
 from loaders import LoaderConfig, make_loader, open_data
-from loss_health import learning_warning
+from loss_health import LossLog, NonFiniteLoss, learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
 from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
@@ -132,13 +132,6 @@ def run_memory_line(exc, model, config) -> str:
     return memory_error_line(exc, unwrap(model).config.attention, config.batch_size)
 
 
-class NonFiniteLoss(RuntimeError):
-    """Training produced a NaN/inf loss at (1-based) `step`: the run stops without writing a checkpoint."""
-    def __init__(self, message: str, step: int = 0):
-        super().__init__(message)
-        self.step = step
-
-
 class RunFailed(RuntimeError):
     """An error ended the run mid-way (data, a write, memory): one line, saying what became of the checkpoint."""
 
@@ -175,36 +168,6 @@ def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, s
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-
-
-class LossLog:
-    """Losses of every step: read at once (upstream's per-step sync) or kept on the device until flush()."""
-
-    def __init__(self, sync_every_step: bool, world_size: int, losses=()):
-        self.sync_every_step, self.world_size = sync_every_step and world_size == 1, world_size
-        self.values, self.pending = list(losses), []
-
-    def add(self, loss: torch.Tensor):
-        if self.sync_every_step:
-            self._extend([loss.item()])
-        else:
-            self.pending.append(loss.detach())
-
-    def flush(self):
-        """One host-device sync for all pending losses; under DDP the mean over ranks. Raises NonFiniteLoss."""
-        if self.pending:
-            values = torch.stack(self.pending).float()
-            if self.world_size > 1:
-                dist.all_reduce(values)
-                values /= self.world_size
-            self.pending.clear()
-            self._extend(values.cpu().tolist())
-
-    def _extend(self, values: list):
-        for value in values:
-            self.values.append(value)
-            if not math.isfinite(value):
-                raise NonFiniteLoss(f"loss is {value} at step {len(self.values)}", len(self.values))
 
 
 class Clock:
