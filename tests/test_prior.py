@@ -454,7 +454,7 @@ def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
     """--train-law log: the training rows are log-uniform on [0.1 R, 0.9 R] per aligned block (half the blocks
     under R / 3.3), within the class bounds; "mixed" draws either law per block, and N datasets' draws are a prefix
     of M's; "uniform" is the prior as it was; the law survives the file, so the
-    on-the-fly prior regenerates a log dump exactly; an unknown law is refused."""
+    on-the-fly prior regenerates a log or mixed dump exactly; an unknown law is refused."""
     Mix = prior_dump.PriorMix
     rows, classes = 500, 4
     uniform, log = (prior_dump.draw_splits(3, 4000, rows, classes, 1, law) for law in ("uniform", "log"))
@@ -466,16 +466,17 @@ def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
     assert abs(np.mean(mixed < 100) - (np.mean(log < 100) + np.mean(uniform < 100)) / 2) < 0.03
     assert abs(np.median(mixed) - rows * 0.4) < 15 and mixed.min() >= 0.1 * rows - 1 and mixed.max() <= 0.9 * rows
     assert np.array_equal(prior_dump.draw_splits(3, 999, rows, classes, 1, "mixed"), mixed[:999])   # a prefix
-    path = tmp_path / "log.h5"
-    prior_dump.write_dump(path, 40, 60, 3, 3, seed=1, progress=False, original_batch_size=8,
-                          mix=Mix(train_law="log"))
-    settings = prior_dump.file_settings(path)
-    assert settings["mix"].train_law == "log"
-    regenerated = prior_dump.Regenerator(settings, "cpu")
-    x, y = regenerated.datasets(0, 40)
-    data = _read(path)
-    assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
-    assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
+    for law in ("log", "mixed"):
+        path = tmp_path / f"{law}.h5"
+        prior_dump.write_dump(path, 40, 60, 3, 3, seed=1, progress=False, original_batch_size=8,
+                              mix=Mix(train_law=law))
+        settings = prior_dump.file_settings(path)
+        assert settings["mix"].train_law == law
+        regenerated = prior_dump.Regenerator(settings, "cpu")
+        x, y = regenerated.datasets(0, 40)
+        data = _read(path)
+        assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
+        assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
     for refused in (lambda: list(prior_dump.generate(40, 60, 3, 3, 1, mix=Mix(train_law="sqrt"))),
                     lambda: prior_dump.draw_splits(3, 40, rows, classes, 1, "sqrt")):
         with pytest.raises(ValueError, match="train_law"):
