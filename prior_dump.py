@@ -399,14 +399,14 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_la
     _check_train_law(train_law)
     num_blocks = -(-num_datasets // original_batch_size)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
-    if train_law == "uniform":
-        u = rng.uniform(0.1, 0.9, num_blocks)
-    elif train_law == "log":   # each doubling of the training rows as likely
-        u = np.exp(rng.uniform(math.log(0.1), math.log(0.9), num_blocks))
-    else:   # "mixed": the log law's short tables beside the uniform law's long ones; three draws a block, so N
-            # datasets stay a prefix of M > N
-        log_draw, uniform_draw, coin = rng.random((num_blocks, 3)).T
-        u = np.where(coin < 0.5, 0.1 + 0.8 * uniform_draw, np.exp(math.log(0.1) + math.log(9) * log_draw))
+    low, high = 0.1, 0.9   # as rng.uniform(low, high) computes it from a draw r in [0, 1), bit for bit
+    uniform = lambda r: low + (high - low) * r
+    log = lambda r: np.exp(math.log(low) + (math.log(high) - math.log(low)) * r)   # each doubling as likely
+    if train_law == "mixed":   # the log law's short tables beside the uniform law's long ones; three draws a
+        log_draw, uniform_draw, coin = rng.random((num_blocks, 3)).T   # block, so N datasets stay a prefix of M > N
+        u = np.where(coin < 0.5, uniform(uniform_draw), log(log_draw))
+    else:
+        u = (uniform if train_law == "uniform" else log)(rng.random(num_blocks))
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 
