@@ -286,7 +286,8 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
             path = ckpt if seconds == points[-1] else save_at_path(ckpt, seconds)
             trained = read_checkpoint(path)["train_state"]["train_seconds"]
             record = score_checkpoints([("recipe", path)], splits=splits, cached=cached)
-            paths.append(os.path.join(out, f"score-s{seed}-{trained:.4g}s.json"))
+            # named by the point: a slow step can pass a --save-at time and the budget at once (equal train_seconds)
+            paths.append(os.path.join(out, f"score-s{seed}-{seconds:g}s.json"))
             records.append({"minutes": round(trained / 60, 4), "seed": seed, **record})
             write_json_atomic(paths[-1], records[-1], "score record")
     return write_curve(os.path.join(out, "curve"), records, paths)
@@ -347,6 +348,14 @@ def _mean_per_task(records) -> dict:
     return {task: float(np.mean(aucs)) for task, aucs in scores.items()}
 
 
+def margin_cell(difference, resamples: int = 10_000) -> str:
+    """Per-task differences (n,) as "mean [95% paired bootstrap interval over tasks] won-lost" (generator seed 0)."""
+    picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
+    low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
+    won, lost = int((difference > 0).sum()), int((difference < 0).sum())
+    return f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {won}-{lost}"
+
+
 def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_records=None) -> list:
     """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records'
     per-task ROC AUC (mean over the records, e.g. seeds) minus each baseline's, or minus base_records' (another run or
@@ -371,13 +380,8 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
         cells = []
         for names in groups.values():
             difference = np.array([ours[t] - theirs[t] for t in sorted(names & ours.keys() & theirs.keys())])
-            if not len(difference):   # a group with no task the records scored
-                cells.append("—")
-                continue
-            picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
-            low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
-            cells.append(f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {int((difference > 0).sum())}-"
-                         f"{int((difference < 0).sum())}")
+            # a group with no task the records scored: a dash
+            cells.append(margin_cell(difference, resamples) if len(difference) else "—")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [f"\nEach cell: mean difference in ROC AUC [95% bootstrap interval over tasks, {resamples} "
                     f"resamples] tasks won-lost; {len(records)} record(s) averaged per task"

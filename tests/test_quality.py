@@ -217,9 +217,12 @@ def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(c
     for seed in (0, 1):
         assert (out / f"s{seed}.pt").exists() and (out / f"s{seed}-0.12s.pt").exists()
         assert "--recipe real-tables" in (out / f"s{seed}.log").read_text()
+    assert {p.name for p in out.glob("score-*.json")} == {f"score-s{s}-{t}s.json" for s in (0, 1) for t in (0.12, 0.36)}
     records = [json.load(open(p)) for p in sorted(out.glob("score-*.json"))]
     assert len(records) == 4 and sorted({r["seed"] for r in records}) == [0, 1]
-    assert all(0.002 <= r["minutes"] < 0.05 for r in records)                  # the real training minutes
+    from checkpoint import read_checkpoint
+    trained = [read_checkpoint(r["checkpoints"]["recipe"])["train_state"]["train_seconds"] for r in records]
+    assert all(r["minutes"] == round(s / 60, 4) >= 0.002 for r, s in zip(records, trained))   # the real minutes
     assert all(r["skipped_tasks"] == {"recipe": ["c/four:multiclass"]} for r in records)   # 3 outputs: 3 classes
     assert "| recipe |" in (out / "curve.md").read_text() and (out / "curve.png").exists()
     assert quality.main(["run", "--minutes", "x", "--out", str(out)]) == 2

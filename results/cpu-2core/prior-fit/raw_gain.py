@@ -12,6 +12,7 @@ import numpy as np
 ROOT = __file__.rsplit("/results/", 1)[0]
 sys.path.insert(0, ROOT)
 import evaluation  # noqa: E402
+import quality  # noqa: E402
 import real_data  # noqa: E402
 
 GPU_SCORES = (ROOT + "/results/nvidia-h100/dp-seeds/score-recipe-s0-600s.json",        # the 10-minute model
@@ -45,12 +46,9 @@ def summary(path):
     m = np.array([np.mean(v, 0) for v in tasks.values()])   # (tasks, [extras 10, extras 20, raw 10, raw 20])
     print(f"{len(m)} tasks, 2 splits: with extras (GPU) 10 min {m[:, 0].mean():.4f}, 20 min {m[:, 1].mean():.4f}; "
           f"extras off (CPU) 10 min {m[:, 2].mean():.4f}, 20 min {m[:, 3].mean():.4f}")
-    rng = np.random.default_rng(0)
     for name, diff in (("with extras, 20 - 10 min", m[:, 1] - m[:, 0]), ("extras off, 20 - 10 min", m[:, 3] - m[:, 2]),
                        ("extras' gain at 10 min", m[:, 0] - m[:, 2]), ("extras' gain at 20 min", m[:, 1] - m[:, 3])):
-        boot = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(10_000)]
-        low, high = np.percentile(boot, [2.5, 97.5])
-        print(f"{name}: {diff.mean():+.4f} [{low:+.4f}, {high:+.4f}] {(diff > 0).sum()}-{(diff < 0).sum()}")
+        print(f"{name}: {quality.margin_cell(diff)}")   # as `quality.py margin` gives it
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/results/", 1)[0])
 import evaluation  # noqa: E402
+import quality  # noqa: E402
 import real_data  # noqa: E402
 
 
@@ -39,12 +40,8 @@ def summary(path):
         tasks.setdefault(key.split("#")[0], []).append(values)
     m = np.array([np.mean(v, 0) for v in tasks.values()])                      # (tasks, [A, B, average])
     print(f"{len(m)} tasks, 2 splits: A {m[:, 0].mean():.4f}  B {m[:, 1].mean():.4f}  average {m[:, 2].mean():.4f}")
-    rng = np.random.default_rng(0)
     for j, name in ((0, "A"), (1, "B")):
-        diff = m[:, 2] - m[:, j]
-        boot = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(10_000)]
-        low, high = np.percentile(boot, [2.5, 97.5])
-        print(f"average - {name}: {diff.mean():+.4f} [{low:+.4f}, {high:+.4f}] {(diff > 0).sum()}-{(diff < 0).sum()}")
+        print(f"average - {name}: {quality.margin_cell(m[:, 2] - m[:, j])}")   # as `quality.py margin` gives it
 
 
 if __name__ == "__main__":
