@@ -161,9 +161,10 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
 
 
 def curve_points(records) -> list:
-    """[(name, minutes, seed, summaries())] of every checkpoint of every score record."""
-    return [(name, record.get("minutes"), record.get("seed"), summary)
-            for record in records for name, summary in record["summary"].items()]
+    """[(name, minutes, seed, summaries())] of every checkpoint of every score record; minutes to 3 digits, so that
+    seeds stamped with their real training minutes (1.0022 and 1.0024) make one point."""
+    return [(name, None if record.get("minutes") is None else float(f"{record['minutes']:.3g}"), record.get("seed"),
+             summary) for record in records for name, summary in record["summary"].items()]
 
 
 def _mean(entries, scope, group, method, key, widest: bool = False):
@@ -258,6 +259,7 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
     curve. Returns its lines."""
     import subprocess
     from checkpoint import read_checkpoint, save_at_path
+    from profile_utils import git_commit
     cached = load_cached(splits)   # the caches first: a missing one is one line before any training
     os.makedirs(out, exist_ok=True)
     jobs = [(seed, model, points) for model, points in curve_runs(minutes, extra).items() for seed in seeds]
@@ -286,9 +288,11 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
             path = ckpt if seconds == points[-1] else save_at_path(ckpt, seconds)
             trained = read_checkpoint(path)["train_state"]["train_seconds"]
             record = score_checkpoints([("recipe", path)], splits=splits, cached=cached)
-            # named by the point: a slow step can pass a --save-at time and the budget at once (equal train_seconds)
+            # named and stamped by the point, so that the curve averages the seeds there (their train seconds differ,
+            # and a slow step can pass a --save-at time and the budget at once); train_minutes: what it trained
             paths.append(os.path.join(out, f"score-s{seed}-{seconds:g}s.json"))
-            records.append({"minutes": round(trained / 60, 4), "seed": seed, **record})
+            records.append({"minutes": seconds / 60, "train_minutes": round(trained / 60, 4), "seed": seed,
+                            "commit": git_commit(), **record})
             write_json_atomic(paths[-1], records[-1], "score record")
     return write_curve(os.path.join(out, "curve"), records, paths)
 
@@ -369,7 +373,7 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
               f">= {MANY_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n >= MANY_TRAIN_ROWS}}
     ours = _mean_per_task(records)
     if base_records:
-        (name,), minutes = base_records[0]["results"].keys(), {r.get("minutes") for r in base_records}
+        (name,), minutes = base_records[0]["results"].keys(), {point[1] for point in curve_points(base_records)}
         label = f"{name}" + (f" at {minutes.pop():g} min" if len(minutes) == 1 and None not in minutes else "")
         rows = {label: _mean_per_task(base_records)}
     else:
@@ -483,7 +487,8 @@ def main(argv=None) -> int:
             if base and args.against:
                 return fail("margin: --against picks baselines, --from compares with records instead: give one")
             against = args.against.split(",") if args.against else list(MARGIN_AGAINST)
-            if any(len(r["results"]) != 1 for r in loaded) or len({r["splits_per_task"] for r in loaded}) != 1:
+            splits = {min(r["splits_per_task"] or real_data.NUM_SPLITS, real_data.NUM_SPLITS) for r in loaded}
+            if any(len(r["results"]) != 1 for r in loaded) or len(splits) != 1:   # None: all, as `run` writes
                 return fail("margin: every record must hold one checkpoint's scores (one run's seeds), all on one "
                             "number of splits")
             if not base and set(against) - set(evaluation.BASELINE_SETTINGS):

@@ -107,9 +107,11 @@ def test_score_and_curve(caches, tmp_path, capsys):
     three = [json.load(open(r))["summary"]["ten"]["overall"]["all"]["methods"]["ten"]["roc_auc"] for r in records[1:]]
     assert lines["ten"][1] == (3, pytest.approx(np.mean(three)), pytest.approx(lines["ten"][1][2]))
     assert set(baselines) == set(CHEAP)
+    stamped = [dict(json.load(open(r)), minutes=m) for r, m in zip(records[1:], (3.0022, 3.0025))]   # real minutes
+    assert [p[1] for p in quality.curve_points(stamped)] == [3, 3, 3, 3]   # one point for both seeds
 
 
-def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_path, capsys):
+def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_path, capsys, monkeypatch):
     records = []
     for seed in (0, 1):
         out = str(tmp_path / f"s{seed}.json")
@@ -151,6 +153,12 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert "give one" in capsys.readouterr().err
     assert quality.main(["margin", "--against", "knn,catbost", *records]) == 2
     assert "--against takes baselines among" in capsys.readouterr().err
+    # all splits, declared as None (`run`, `score` without --splits) or as their number, is one setting
+    every = str(tmp_path / "every.json")
+    json.dump(dict(json.load(open(records[0])), splits_per_task=None), open(every, "w"))
+    assert quality.main(["margin", records[1], "--from", every]) == 2   # 2 of NUM_SPLITS against all
+    monkeypatch.setattr(rd, "NUM_SPLITS", 2)
+    assert quality.main(["margin", records[1], "--from", every]) == 0
 
 
 def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
@@ -204,7 +212,8 @@ def test_curve_runs_train_each_model_the_recipe_picks_once():
 
 def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(caches, tmp_path, capsys):
     """`quality.py run`: --recipe real-tables per seed for the longest point, the others kept by --save-at, each
-    checkpoint scored against the cached baselines and stamped with its real training minutes, then the curve."""
+    checkpoint scored against the cached baselines and stamped with its point and its real training minutes, then the
+    curve: one row per point, over both seeds."""
     from conftest import write_tiny_dump
     dump = write_tiny_dump(tmp_path / "d.h5", num_datasets=24, rows=40, features=5, num_classes=3)
     out = tmp_path / "run"
@@ -222,9 +231,13 @@ def test_run_trains_each_seed_keeps_the_points_scores_them_and_draws_the_curve(c
     assert len(records) == 4 and sorted({r["seed"] for r in records}) == [0, 1]
     from checkpoint import read_checkpoint
     trained = [read_checkpoint(r["checkpoints"]["recipe"])["train_state"]["train_seconds"] for r in records]
-    assert all(r["minutes"] == round(s / 60, 4) >= 0.002 for r, s in zip(records, trained))   # the real minutes
+    assert sorted(r["minutes"] for r in records) == [0.002, 0.002, 0.006, 0.006]   # the points, as asked
+    assert all(r["train_minutes"] == round(s / 60, 4) >= r["minutes"] for r, s in zip(records, trained))
     assert all(r["skipped_tasks"] == {"recipe": ["c/four:multiclass"]} for r in records)   # 3 outputs: 3 classes
-    assert "| recipe |" in (out / "curve.md").read_text() and (out / "curve.png").exists()
+    assert all(r["commit"] for r in records)
+    rows = [line for line in (out / "curve.md").read_text().splitlines() if line.startswith("| recipe |")]
+    assert [row.split("|")[2:4] for row in rows] == [[" 0.002 ", " 0, 1 "], [" 0.006 ", " 0, 1 "]]   # seeds averaged
+    assert (out / "curve.png").exists()
     assert quality.main(["run", "--minutes", "x", "--out", str(out)]) == 2
 
 
