@@ -1,14 +1,20 @@
 """How much room the suite leaves above the recipe: per task, the best of the 7 baselines chosen in hindsight (on the
-test splits' ROC AUC), against the recipe's eight 10-minute models and its 20-minute ones (medium, seeds 0 and 1).
+test splits' ROC AUC), against the recipe's eight 10-minute models and its 20-minute ones (medium, seeds 0 and 1), and
+the recipe of now (seeds 0 and 1 on H200s) at 1, 10 and 30 minutes.
 Over all 104 tasks and the 12 wide ones. From the repository root:
     python results/cpu-2core/ceiling/ceiling.py"""
 import glob, json
 import numpy as np
 
-H100 = "results/nvidia-h100"
+H100, H200 = "results/nvidia-h100", "results/nvidia-h200"
 RECIPE = {"the recipe, 10 min (8 seeds)": sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-600s.json"))
-          + sorted(glob.glob(f"{H100}/*/score-recipe-s[2-7]-600s.json")),
-          "the recipe, 20 min (seeds 0, 1)": sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-1200s.json"))}
+          + sorted(glob.glob(f"{H100}/recipe-batch/score-recipe-s[2-5]-600s.json"))
+          + sorted(glob.glob(f"{H100}/large-depth/score-recipe-s[67]-600s.json")),
+          "the recipe, 20 min (seeds 0, 1)": sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-1200s.json")),
+          # the classifier since (linear columns), H200s: the recipe's own 1-minute model, and 10 and 30 minutes
+          "the recipe now, 1 min (small, H200)": sorted(glob.glob(f"{H200}/curve-command/score-s[01]-60s.json")),
+          "the recipe now, 10 min (H200)": sorted(glob.glob(f"{H200}/recipe-30min/score-recipe-s[01]-600s.json")),
+          "the recipe now, 30 min (H200)": sorted(glob.glob(f"{H200}/recipe-30min/score-recipe-s[01]-1800s.json"))}
 
 
 def per_task(paths):
@@ -48,5 +54,5 @@ if __name__ == "__main__":
         behind = sorted(groups["all"], key=lambda t: ours[t] - oracle[t])[:25]
         best = [max(baselines, key=lambda name: baselines[name][t]) for t in behind]
         print(f"|   the 25 tasks it trails the hindsight pick most: its baseline | "
-              + ", ".join(f"{name} {best.count(name)}" for name in sorted(set(best), key=best.count, reverse=True))
+              + ", ".join(f"{name} {best.count(name)}" for name in sorted(set(best), key=lambda n: (-best.count(n), n)))
               + " | |")
