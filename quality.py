@@ -1,7 +1,7 @@
 """The time-to-quality CLI on the real-data suite and its held-out tasks (docs/real-data.md).
 
     python quality.py baselines                       # CPU, once: both suites' caches and every baseline, in data/
-    python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]
+    python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]   # NAME=A.pt+B.pt: averaged
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
     python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
     python quality.py margin [--from B1.json ...] A1.json ...   # per-task gains over baselines (or B), intervals
@@ -127,6 +127,34 @@ def baselines_markdown(record: dict) -> str:
     return text
 
 
+class Averaged:
+    """Classifiers scored as one: fit fits each, predict_proba averages their probabilities over the first one's
+    classes_ (equal for all: each is fitted on the same labels)."""
+
+    def __init__(self, members):
+        self.members = members
+
+    def fit(self, X, y) -> "Averaged":
+        for member in self.members:
+            member.fit(X, y)
+        self.classes_ = self.members[0].classes_
+        return self
+
+    def predict_proba(self, X) -> np.ndarray:
+        return np.mean([np.asarray(member.predict_proba(X)) for member in self.members], axis=0)
+
+
+def checkpoint_paths(path: str) -> list:
+    """A checkpoint path, or several joined by "+" (their probabilities averaged); a file whose name holds "+" is one
+    path (read left to right: the shortest run of pieces that names a file)."""
+    paths, pending = [], ""
+    for piece in path.split("+"):
+        pending = f"{pending}+{piece}" if pending else piece
+        if os.path.isfile(pending):
+            paths, pending = paths + [pending], ""
+    return paths + ([pending] if pending else [])   # a rest that names no file: from_checkpoint says so
+
+
 def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
                       autocast: str = "auto") -> dict:
     """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
@@ -139,9 +167,10 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
     autocast = resolved_autocast(autocast, torch.device(device).type)   # as recorded
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
-        classifier = NanoTabPFNClassifier.from_checkpoint(path, device=device, n_estimators=n_estimators,
-                                                          autocast=autocast)
-        outputs = classifier.model.config.num_outputs
+        members = [NanoTabPFNClassifier.from_checkpoint(p, device=device, n_estimators=n_estimators,
+                                                        autocast=autocast) for p in checkpoint_paths(path)]
+        classifier = members[0] if len(members) == 1 else Averaged(members)
+        outputs = min(member.model.config.num_outputs for member in members)
         usable = {w: evaluation.usable_tasks(tasks[w], outputs) for w in SUITES}
         skipped[name] = sorted(t.name for w in SUITES for t in tasks[w] if t.num_classes > outputs)
         results[name] = {w: evaluation.evaluate_suite(lambda: classifier, usable[w], splits) for w in SUITES}
@@ -407,7 +436,8 @@ def parse_args(argv=None):
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
     score.add_argument("--autocast", choices=AUTOCASTS, default="auto",
                        help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
-    score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT", help="a name and a checkpoint path")
+    score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT",
+                       help="a name and a checkpoint path, or paths joined by + (their probabilities averaged)")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
     curve.add_argument("--out", required=True, help="output prefix: writes PREFIX.md and PREFIX.png")
     curve.add_argument("records", nargs="+", help="score records written by `score --minutes M --seed S`")

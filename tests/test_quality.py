@@ -161,6 +161,29 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert quality.main(["margin", records[1], "--from", every]) == 0
 
 
+def test_score_averages_checkpoints_joined_by_plus(caches, tmp_path, capsys):
+    """NAME=A+B scores the mean of A's and B's probabilities on every split; a 2-output member limits it to the
+    binary tasks; a file whose name holds "+" is one checkpoint."""
+    from classifier import NanoTabPFNClassifier
+    a, b = checkpoint(tmp_path / "a.pt", 10, seed=0), checkpoint(tmp_path / "b.pt", 10, seed=1)
+    plus = checkpoint(tmp_path / "c+d.pt", 2, seed=2)
+    out = str(tmp_path / "avg.json")
+    assert quality.main(["score", "--out", out, "--splits", "2", "--device", "cpu", "--n-estimators", "1",
+                         f"avg={a}+{b}", f"both={a}+{plus}", f"plus={plus}"]) == 0
+    record = json.load(open(out))
+    tasks, _ = quality.load_cached(2)
+    members = [NanoTabPFNClassifier.from_checkpoint(p, device="cpu", n_estimators=1) for p in (a, b)]
+    for task in tasks["suite"][:2]:
+        X_tr, X_te, y_tr, y_te = task.split(1)
+        mean = np.mean([m.fit(X_tr, y_tr).predict_proba(X_te) for m in members], axis=0)
+        auc, _ = ev.split_scores(y_te, mean, members[0].classes_, int(task.y.max()) + 1)
+        assert record["results"]["avg"]["suite"]["per_split"][f"{task.name}#1"] == pytest.approx(auc, abs=1e-6)
+    assert record["skipped_tasks"]["avg"] == []
+    assert record["skipped_tasks"]["both"] == record["skipped_tasks"]["plus"] != []   # c+d.pt: 2 outputs, one file
+    assert quality.main(["score", "--out", out, "--splits", "2", f"bad={a}+{tmp_path / 'nope.pt'}"]) == 2
+    assert "nope.pt does not exist" in capsys.readouterr().err
+
+
 def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
     ten = checkpoint(tmp_path / "ten.pt", 10)
     args = ["score", "--out", str(tmp_path / "out.json"), "--splits", "2", f"ten={ten}"]
