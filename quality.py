@@ -290,6 +290,7 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
     from checkpoint import read_checkpoint, save_at_path
     from profile_utils import git_commit
     cached = load_cached(splits)   # the caches first: a missing one is one line before any training
+    commit = git_commit()          # once: the code every record of this run was scored with
     os.makedirs(out, exist_ok=True)
     jobs = [(seed, model, points) for model, points in curve_runs(minutes, extra).items() for seed in seeds]
 
@@ -321,7 +322,7 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
             # and a slow step can pass a --save-at time and the budget at once); train_minutes: what it trained
             paths.append(os.path.join(out, f"score-s{seed}-{seconds:g}s.json"))
             records.append({"minutes": seconds / 60, "train_minutes": round(trained / 60, 4), "seed": seed,
-                            "commit": git_commit(), **record})
+                            "commit": commit, **record})
             write_json_atomic(paths[-1], records[-1], "score record")
     return write_curve(os.path.join(out, "curve"), records, paths)
 
