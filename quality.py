@@ -4,7 +4,7 @@
     python quality.py score --out OUT.json [--minutes M --seed S] NAME=CKPT [NAME=CKPT ...]   # NAME=A.pt+B.pt: averaged
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
     python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
-    python quality.py margin [--from B1.json ...] A1.json ...   # per-task gains over baselines (or B), intervals
+    python quality.py margin A1.json ... [--from B1.json ...]   # per-task gains over baselines (or B), intervals
     python quality.py latency --out OUT.json [CKPT]   # fit + predict_proba time (default: the large preset)
 
 `score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
@@ -457,7 +457,8 @@ def parse_args(argv=None):
     margin.add_argument("--from", dest="base", nargs="+", metavar="RECORD", default=None,
                         help="compare with these records (another run's seeds, or the same run at fewer minutes) "
                              "in place of the baselines")
-    margin.add_argument("records", nargs="+", help="score records of one run (its seeds), one checkpoint each")
+    margin.add_argument("records", nargs="*", help="score records of one run (its seeds), one checkpoint each; "
+                                                  "before --from, which takes every path after it")
     timing = commands.add_parser("latency", help="time fit + predict_proba of a 500 x 20 table (GPU target 100 ms)")
     timing.add_argument("--out", required=True, help="the latency record (JSON) to write")
     timing.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda or cuda:N")
@@ -504,6 +505,9 @@ def main(argv=None) -> int:
             record = latency(args.checkpoint, args.device, args.repeats, args.warmup)
             write_json_atomic(args.out, {"commit": git_commit(), **record}, "latency record")
         else:   # curve, margin: score records in
+            if not args.records:   # margin's --from took them all
+                return fail("margin: name the run's records before --from: quality.py margin A1.json ... --from "
+                            "B1.json ...")
             paths = args.records + (getattr(args, "base", None) or [])
             loaded = []
             for path in paths:

@@ -153,6 +153,8 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert "give one" in capsys.readouterr().err
     assert quality.main(["margin", "--against", "knn,catbost", *records]) == 2
     assert "--against takes baselines among" in capsys.readouterr().err
+    assert quality.main(["margin", "--from", *records]) == 2   # --from takes every path after it
+    assert "name the run's records before --from" in capsys.readouterr().err
     # all splits, declared as None (`run`, `score` without --splits) or as their number, is one setting
     every = str(tmp_path / "every.json")
     json.dump(dict(json.load(open(records[0])), splits_per_task=None), open(every, "w"))
