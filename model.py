@@ -39,6 +39,11 @@ MODEL_PRESETS = {
 SPEED_ONLY_FIELDS = ("attention", "feature_attention", "grad_checkpoint", "last_layer_target_only")
 # feature_embedding's fixed codes: one per column position (a wider table reuses them cyclically), drawn from this seed.
 CODED_COLUMNS, COLUMN_CODE_SEED = 2000, 42
+# feature_encoding: "linear" embeds a standardised cell as w z + b (upstream's); "periodic" adds a projection of
+# sin and cos of PERIODIC_FREQUENCIES learned frequencies of z (shared by all columns, drawn N(0, PERIODIC_SCALE^2)),
+# whose dot products between rows are a kernel of their distance: a threshold of one feature is easy to attend to.
+FEATURE_ENCODINGS = ("linear", "periodic")
+PERIODIC_FREQUENCIES, PERIODIC_SCALE = 16, 1.0
 
 
 @dataclass
@@ -49,7 +54,8 @@ class ModelConfig:
     last_layer_target_only (the last layer computes the target column only, and on unpadded tables only its test rows
     after the feature attention, on padded ones with "triton" only their datapoint attention: the decoder reads
     nothing else; off "mha"), feature_embedding (ColumnCodes: a learned projection of a fixed random code per
-    column position joins each cell, so equal columns differ; changes the math)."""
+    column position joins each cell, so equal columns differ; changes the math), feature_encoding (FEATURE_ENCODINGS:
+    how a cell's value is embedded; changes the math)."""
     embedding_size: int = 96
     num_attention_heads: int = 4
     mlp_hidden_size: int = 192
@@ -60,6 +66,7 @@ class ModelConfig:
     grad_checkpoint: bool = False
     last_layer_target_only: bool = False
     feature_embedding: bool = False
+    feature_encoding: str = "linear"
 
     def __post_init__(self):
         for name in SIZE_FIELDS:
@@ -69,7 +76,8 @@ class ModelConfig:
         if self.embedding_size % self.num_attention_heads:
             raise ValueError(f"embedding_size {self.embedding_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
-        for name, choices in (("attention", ATTENTIONS), ("feature_attention", FEATURE_ATTENTIONS)):
+        for name, choices in (("attention", ATTENTIONS), ("feature_attention", FEATURE_ATTENTIONS),
+                              ("feature_encoding", FEATURE_ENCODINGS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"ModelConfig.{name} must be one of {choices}, got {getattr(self, name)!r}")
         # No silent fallback: the "mha" path is upstream's nn.MultiheadAttention call and would ignore it.
@@ -189,8 +197,10 @@ class NanoTabPFNModel(nn.Module):
                                     cfg.attention, cfg.feature_attention)
             for _ in range(cfg.num_layers))
         self.decoder = Decoder(cfg.embedding_size, cfg.mlp_hidden_size, cfg.num_outputs)
-        # Created last: the other modules' initial weights stay those of the same seed without it.
+        # Created last: the other modules' initial weights stay those of the same seed without them.
         self.column_codes = ColumnCodes(cfg.embedding_size) if cfg.feature_embedding else None
+        if cfg.feature_encoding == "periodic":
+            self.feature_encoder.periodic = PeriodicFeatures(cfg.embedding_size)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{name}={getattr(self.config, name)}" for name in SPEED_ONLY_FIELDS)
@@ -271,12 +281,14 @@ class FeatureEncoder(nn.Module):
     def __init__(self, embedding_size: int):
         super().__init__()
         self.linear_layer = nn.Linear(1, embedding_size)
+        self.periodic = None   # PeriodicFeatures with feature_encoding="periodic" (NanoTabPFNModel sets it)
 
     def _embed(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """x (B, R, F, 1), mean/std (B, 1, F, 1) -> (B, R, F, E)."""
         std = std + 1e-5
         std = torch.where(std < 1e-5, torch.ones_like(std), std)
-        return self.linear_layer(torch.clip((x - mean) / std, min=-100, max=100))
+        z = torch.clip((x - mean) / std, min=-100, max=100)                              # (B, R, F, 1)
+        return self.linear_layer(z) if self.periodic is None else self.linear_layer(z) + self.periodic(z)
 
     def forward(self, x: torch.Tensor, train_test_split_index: int) -> torch.Tensor:
         """x (B, R, F) -> (B, R, F, E), statistics from rows [:S]."""
@@ -296,6 +308,21 @@ class FeatureEncoder(nn.Module):
         mean = torch.where(mask, x, zero).sum(dim=1, keepdim=True) / count               # (B, 1, F, 1)
         var = torch.where(mask, (x - mean) ** 2, zero).sum(dim=1, keepdim=True) / count  # unbiased=False
         return self._embed(x, mean, var.sqrt())
+
+
+class PeriodicFeatures(nn.Module):
+    """sin and cos of K learned frequencies of a standardised cell, projected to E (the periodic embedding of
+    Gorishniy et al., 2022, "On Embeddings for Numerical Features in Tabular Deep Learning")."""
+
+    def __init__(self, embedding_size: int, count: int = PERIODIC_FREQUENCIES, scale: float = PERIODIC_SCALE):
+        super().__init__()
+        self.frequencies = nn.Parameter(scale * torch.randn(count))
+        self.linear_layer = nn.Linear(2 * count, embedding_size)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """z (..., 1) -> (..., E)."""
+        angle = 2 * torch.pi * z * self.frequencies                                      # (..., K)
+        return self.linear_layer(torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1))
 
 
 class ColumnCodes(nn.Module):

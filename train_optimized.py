@@ -12,7 +12,8 @@ import torch
 
 import recipes
 from loaders import LOADER_KINDS, LoaderConfig, open_data
-from model import ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, SDPA_KERNELS, ModelConfig
+from model import (ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, FEATURE_ENCODINGS, PERIODIC_FREQUENCIES, SDPA_KERNELS,
+                   ModelConfig)
 from prior_dump import SPEC_PREFIX
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
@@ -70,6 +71,9 @@ def build_parser():
                    help="the last layer computes only what the decoder reads: the target column (same math)")
     s.add_argument("--feature-embedding", action="store_true",
                    help="a learned code per column position joins its cells (TabPFN v2's; changes the model)")
+    s.add_argument("--feature-encoding", choices=FEATURE_ENCODINGS, default=m.feature_encoding,
+                   help="a cell's value as linear (upstream's) or periodic: sin and cos of learned frequencies "
+                        "added (changes the model)")
     s.add_argument("--fast", action="store_true", help="the fastest measured combination here (printed at start)")
     s.add_argument("--recipe", choices=list(recipes.RECIPES),
                    help="real-tables: a model for real tables (2-10 classes, 2-32 features; docs/real-data.md says how "
@@ -298,7 +302,9 @@ def optimizations_block(session, args) -> list:
             ("--feature-attention", m.feature_attention != "sdpa", f"active: {m.feature_attention} "
              + FEATURE_FORMS.get(m.feature_attention, "")),
             ("--feature-embedding", m.feature_embedding, "active (the model): a learned code per column position "
-             "joins its cells")):
+             "joins its cells"),
+            ("--feature-encoding", m.feature_encoding != "linear", f"{m.feature_encoding} (the model): sin and cos of "
+             f"{PERIODIC_FREQUENCIES} learned frequencies of each cell join its embedding")):
         if on:
             lines.append(f"  {flag:<22s} {state}")
     if c.compile:

@@ -131,7 +131,8 @@ def test_default_size_and_upstream_parameter_names():
     assert dataclasses.asdict(model.config) == dict(embedding_size=96, num_attention_heads=4, mlp_hidden_size=192,
                                                    num_layers=3, num_outputs=2, attention="mha",
                                                    feature_attention="sdpa", grad_checkpoint=False,
-                                                   last_layer_target_only=False, feature_embedding=False)
+                                                   last_layer_target_only=False, feature_embedding=False,
+                                                   feature_encoding="linear")
     expected = ["feature_encoder.linear_layer.weight", "feature_encoder.linear_layer.bias",
                 "target_encoder.linear_layer.weight", "target_encoder.linear_layer.bias"]
     expected += [f"transformer_blocks.{i}.{n}" for i in range(3) for n in UPSTREAM_LAYER_NAMES]
@@ -302,7 +303,8 @@ def padded_loss_and_grads(model, xp, yp, split, rows, features):
 PATHS = [dict(attention="mha"), dict(attention="sdpa"), dict(attention="sdpa", feature_attention="matmul"),
          dict(attention="sdpa", feature_attention="broadcast"), dict(attention="sdpa", grad_checkpoint=True),
          dict(attention="sdpa", feature_attention="broadcast", last_layer_target_only=True),
-         dict(attention="sdpa", feature_attention="matmul", feature_embedding=True)]
+         dict(attention="sdpa", feature_attention="matmul", feature_embedding=True),
+         dict(attention="sdpa", feature_attention="broadcast", feature_encoding="periodic")]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -347,6 +349,32 @@ def test_feature_embedding_tells_columns_apart_with_fixed_codes(attention):
     assert all(torch.equal(fresh[k], v) for k, v in other.state_dict().items() if k in fresh)
     torch.testing.assert_close(other.column_codes.codes, coded.column_codes.codes.float(), rtol=0, atol=0)
     assert other.column_codes(2 + 2000).shape == (2002, SMALL["embedding_size"])   # past the codes: cyclic
+
+
+def test_periodic_encoding_adds_sin_cos_of_learned_frequencies_and_leaves_the_other_weights():
+    """feature_encoding="periodic": a cell embeds as linear(z) + linear'(sin 2 pi f z, cos 2 pi f z) of its standardised
+    value z; created last, so the other initial weights equal the plain model's of the same seed."""
+    torch.manual_seed(11)
+    plain = NanoTabPFNModel(**SMALL)
+    torch.manual_seed(11)
+    periodic = NanoTabPFNModel(**SMALL, feature_encoding="periodic")
+    extra = set(periodic.state_dict()) - set(plain.state_dict())
+    assert extra == {"feature_encoder.periodic.frequencies", "feature_encoder.periodic.linear_layer.weight",
+                     "feature_encoder.periodic.linear_layer.bias"}
+    assert all(torch.equal(v, periodic.state_dict()[k]) for k, v in plain.state_dict().items())
+    z = torch.linspace(-3, 3, 7).view(7, 1)
+    encoding = periodic.feature_encoder.periodic
+    f = encoding.frequencies.detach()
+    expected = torch.cat([torch.sin(2 * math.pi * z * f), torch.cos(2 * math.pi * z * f)], 1) @ \
+        encoding.linear_layer.weight.detach().T + encoding.linear_layer.bias.detach()
+    torch.testing.assert_close(encoding(z).detach(), expected)
+    x, y = make_inputs(2, 21, 4, 9)
+    with torch.no_grad():
+        assert (plain((x, y[:, :9]), 9) - periodic((x, y[:, :9]), 9)).abs().max() > 1e-4   # it changes the math
+    periodic((x, y[:, :9]), 9).sum().backward()
+    assert encoding.frequencies.grad.abs().sum() > 0                                      # and it learns
+    with pytest.raises(ValueError, match="feature_encoding must be one of"):
+        NanoTabPFNModel(feature_encoding="fourier")
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # flex_attention warns when run without torch.compile

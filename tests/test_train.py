@@ -692,8 +692,9 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
 
 
 def test_model_presets_and_size_flags(dump, tmp_path):
-    """--model-preset sets the four size fields; a size flag given as well wins; the checkpoint holds the sizes, and
-    --feature-embedding with its codes, which the classifier loads."""
+    """--model-preset sets the four size fields; a size flag given as well wins; the checkpoint holds the sizes,
+    --feature-embedding with its codes and --feature-encoding periodic with its frequencies, which the classifier
+    loads."""
     from classifier import NanoTabPFNClassifier
     from model import MODEL_PRESETS
     from train import build_parser
@@ -705,12 +706,14 @@ def test_model_presets_and_size_flags(dump, tmp_path):
     ck = tmp_path / "m.pt"
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval",
                                            "--model-preset", "small", "--num-layers", "1", "--ckpt", str(ck),
-                                           "--feature-embedding"])
+                                           "--feature-embedding", "--feature-encoding", "periodic"])
     state = torch.load(str(ck), weights_only=True)
     config = state["model_config"]
     assert code == 0 and config["embedding_size"] == 128 and config["num_layers"] == 1 and config["feature_embedding"]
     loaded = NanoTabPFNClassifier.from_checkpoint(str(ck)).model
     assert loaded.config.feature_embedding and torch.equal(loaded.column_codes.codes, state["model"]["column_codes.codes"])
+    assert config["feature_encoding"] == loaded.config.feature_encoding == "periodic" and torch.equal(
+        loaded.feature_encoder.periodic.frequencies, state["model"]["feature_encoder.periodic.frequencies"])
 
 
 def test_save_at_keeps_the_model_at_each_time_and_needs_a_ckpt(dump, tmp_path, capsys):
