@@ -288,7 +288,8 @@ class FeatureEncoder(nn.Module):
         std = std + 1e-5
         std = torch.where(std < 1e-5, torch.ones_like(std), std)
         z = torch.clip((x - mean) / std, min=-100, max=100)                              # (B, R, F, 1)
-        return self.linear_layer(z) if self.periodic is None else self.linear_layer(z) + self.periodic(z)
+        embedded = self.linear_layer(z)                                                  # (B, R, F, E)
+        return embedded if self.periodic is None else embedded + self.periodic(z)
 
     def forward(self, x: torch.Tensor, train_test_split_index: int) -> torch.Tensor:
         """x (B, R, F) -> (B, R, F, E), statistics from rows [:S]."""
