@@ -32,7 +32,8 @@ PRESETS = {
     "real": dict(num_datasets=200_000, rows=512, features=32, classes=10, feature_law="block-log"),
 }
 FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, or log-uniform per aligned block
-TRAIN_LAWS = ("uniform", "log", "mixed")   # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
+TRAIN_LAWS = ("uniform", "log", "mixed", "tasks")   # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
+TASK_TRAIN_ROWS = (50, 500)   # "tasks": real_data's rule 8 trains on min(500, rows // 2) of 100-5,000 rows
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes
 FEATURE_CLIP = 6.0               # standardised features are clipped to [-6, 6]
@@ -48,7 +49,8 @@ class PriorMix(NamedTuple):
     noise_scale: float = 1.0     # multiplies every dataset's noise std (MLP nodes 0.01-0.3, tree targets 0.02-0.5)
     proxy_share: float = 0.0     # share of datasets with one column a noisy copy of the target
     binary_share: float = 0.0    # share of datasets with 2 classes outright; the rest draw 2..C
-    train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, "log": log-uniform, "mixed"
+    train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, "log": log-uniform, "mixed",
+                                 # "tasks": log-uniform 50-500 rows whatever R
 
 
 class DumpGroup(NamedTuple):
@@ -394,8 +396,8 @@ def _check_train_law(train_law: str) -> None:
 
 def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_law="uniform"):
     """single_eval_pos (N,) int32: int(R * share) per aligned original batch, the share U(0.1, 0.9), ("log")
-    log-uniform on [0.1, 0.9] or ("mixed") either with even odds per block, clamped to [classes, R - classes] so each
-    side can hold a row of every class."""
+    log-uniform on [0.1, 0.9] or ("mixed") either with even odds per block; ("tasks") log-uniform on TASK_TRAIN_ROWS
+    rows; clamped to [classes, R - classes] so each side can hold a row of every class."""
     _check_train_law(train_law)
     num_blocks = -(-num_datasets // original_batch_size)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
@@ -405,6 +407,9 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_la
     if train_law == "mixed":   # the log law's short tables beside the uniform law's long ones; three draws a
         log_draw, uniform_draw, coin = rng.random((num_blocks, 3)).T   # block, so N datasets stay a prefix of M > N
         u = np.where(coin < 0.5, uniform(uniform_draw), log(log_draw))
+    elif train_law == "tasks":   # the share that gives log-uniform 50-500 training rows (R >= 1000 leaves >= 500 test)
+        low_rows, high_rows = TASK_TRAIN_ROWS
+        u = np.exp(math.log(low_rows) + (math.log(high_rows) - math.log(low_rows)) * rng.random(num_blocks)) / rows
     else:
         u = (uniform if train_law == "uniform" else log)(rng.random(num_blocks))
     split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
@@ -688,8 +693,9 @@ def main(argv=None):
                              f"binary; default {PriorMix().binary_share})")
     parser.add_argument("--train-law", choices=TRAIN_LAWS, default=PriorMix().train_law,
                         help="training rows per block: a share U(0.1, 0.9) of R, log-uniform on [0.1 R, 0.9 R] (each "
-                             "doubling of the rows as likely, as in real tables), or mixed (either, even odds per block; "
-                             f"default {PriorMix().train_law})")
+                             "doubling of the rows as likely, as in real tables), mixed (either, even odds per block), "
+                             "or tasks: log-uniform on 50-500 rows whatever R, as the real-data tasks train "
+                             f"(default {PriorMix().train_law})")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")

@@ -481,3 +481,23 @@ def test_train_law_log_draws_as_many_short_training_sets_as_long_ones(tmp_path):
                     lambda: prior_dump.draw_splits(3, 40, rows, classes, 1, "sqrt")):
         with pytest.raises(ValueError, match="train_law"):
             refused()
+
+
+def test_train_law_tasks_draws_the_real_tasks_training_rows_whatever_the_rows(tmp_path):
+    """--train-law tasks: training rows log-uniform on 50-500 (the real tasks' rule 8) at any R, so R 1024 keeps >= 524
+    test rows; on tables too short for 500 they are clamped to R - classes; a file regenerates exactly."""
+    long = prior_dump.draw_splits(3, 4000, 1024, 10, 1, "tasks")
+    assert long.min() >= 50 and long.max() <= 500
+    assert abs(np.mean(long < 158) - 0.5) < 0.03 and abs(np.mean(long < 100) - np.log(2) / np.log(10)) < 0.03
+    assert np.array_equal(prior_dump.draw_splits(3, 999, 1024, 10, 1, "tasks"), long[:999])   # a prefix
+    short = prior_dump.draw_splits(3, 4000, 200, 10, 1, "tasks")   # the same draws, clamped to [10, 190]
+    assert np.array_equal(short, np.clip(long, 10, 190))
+    path = tmp_path / "tasks.h5"
+    prior_dump.write_dump(path, 40, 120, 3, 3, seed=1, progress=False, original_batch_size=8,
+                          mix=prior_dump.PriorMix(train_law="tasks"))
+    settings = prior_dump.file_settings(path)
+    regenerated, data = prior_dump.Regenerator(settings, "cpu"), _read(path)
+    assert settings["mix"].train_law == "tasks" and data["single_eval_pos"].max() <= 117
+    assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
+    x, y = regenerated.datasets(0, 40)
+    assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])

@@ -13,7 +13,7 @@ DEV=${DEV:-cuda}            # cpu: a dry run of the shell logic (with NUM_DATASE
 DRY=${DRY:-}                # DRY="--batch-size 2": a CPU holds four runs only with small batches)
 NUM_DATASETS=${NUM_DATASETS:-100000}
 DATA=${DATA-$D/real512.h5}  # DATA="": no --data, the recipe's own (since 759e867: made on the fly)
-BUDGET=${BUDGET:-600}; LONG=${LONG:-$BUDGET}; SAVE_AT=${SAVE_AT:-60,180}   # LONG: the longest run's budget
+BUDGET=${BUDGET:-600}; LONG=${LONG:-$BUDGET}; SAVE_AT=${SAVE_AT-60,180}   # LONG: the longest run's budget
 HOLD=${HOLD:-570}           # seconds each command waits before it reports
 # seconds after `start` began: `finish` returns by it. Two phases of BUDGET on a GPU need the dump (~50 s), two
 # compiles (60-80 s each) and the scoring (~30 s a checkpoint): at + 330, large-depth's last scoring was cut.
@@ -25,7 +25,7 @@ run() {  # gpu name seed budget flags...: train, then score every --save-at chec
          # GPU as a list (0,1): torchrun over those GPUs; scored on the first
   local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT tag=$2 from=${FROM:-0} launch=python; shift 4
   [ $budget -gt $BUDGET ] && save_at=$SAVE_AT,$BUDGET
-  local keep=(--save-at $save_at)
+  local keep=(${save_at:+--save-at $save_at})   # SAVE_AT="": the budget's checkpoint only
   [ $from -gt 0 ] && { keep=(--resume); save_at=""; tag=$name-${budget}s; }
   [[ $gpu == *,* ]] && launch="torchrun --standalone --nproc_per_node $(( $(tr -cd , <<< $gpu | wc -c) + 1 ))"
   CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_CACHE_DIR=/tmp/ind-${gpu//,/} timeout $((budget - from + 240)) $launch \
