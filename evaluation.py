@@ -168,6 +168,33 @@ def summarize(per_split: dict, seconds: float = 0.0, per_split_log_loss: dict | 
     return out
 
 
+def stored(result: dict) -> dict:
+    """An evaluate_suite result as a score record keeps it: each task's split scores in split order, per metric; the
+    means, which summarize derives, left out."""
+    def lists(values):
+        grouped = {}
+        for key, value in values.items():
+            name, index = key.rsplit("#", 1)
+            if int(index) != len(grouped.setdefault(name, [])):
+                raise ValueError(f"split {key} out of order: a stored result holds each task's first splits in order")
+            grouped[name].append(value)
+        return grouped
+    out = {"seconds": result["seconds"], "roc_auc_per_split": lists(result["per_split"])}
+    if "per_split_log_loss" in result:
+        out["log_loss_per_split"] = lists(result["per_split_log_loss"])
+    return out
+
+
+def from_stored(kept: dict) -> dict:
+    """The evaluate_suite result that stored() kept; a record written before it (with per_split) is one already."""
+    if "per_split" in kept:
+        return kept
+    def keyed(lists):
+        return {f"{name}#{index}": value for name, values in lists.items() for index, value in enumerate(values)}
+    loss = kept.get("log_loss_per_split")
+    return summarize(keyed(kept["roc_auc_per_split"]), kept["seconds"], None if loss is None else keyed(loss))
+
+
 def library_versions(names=BASELINE_PACKAGES) -> dict:
     """{distribution: version or None} without importing the libraries."""
     from importlib.metadata import PackageNotFoundError, version

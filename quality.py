@@ -157,7 +157,7 @@ def checkpoint_paths(path: str) -> list:
 
 def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
                       autocast: str = "auto") -> dict:
-    """{"results": {name: {suite: evaluate_suite result}}, "summary": {name: summaries()}, "skipped"} of each
+    """{"results": {name: {suite: evaluation.stored() result}}, "summary": {name: summaries()}, "skipped"} of each
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
 
@@ -186,7 +186,7 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
             "n_estimators": n_estimators, "autocast": autocast, "splits_per_task": splits,
             "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES}, "rule_version":
             real_data.RULE_VERSION, "checkpoints": dict(pairs), "skipped_tasks": skipped, "summary": summary,
-            "results": results}
+            "results": {name: {w: evaluation.stored(r) for w, r in by_suite.items()} for name, by_suite in results.items()}}
 
 
 def curve_points(records) -> list:
@@ -377,7 +377,7 @@ def _mean_per_task(records) -> dict:
     for record in records:
         (result,) = record["results"].values()
         for scope in SUITES:
-            for task, auc in result[scope]["per_task"].items():
+            for task, auc in evaluation.from_stored(result[scope])["per_task"].items():
                 scores.setdefault(task, []).append(auc)
     return {task: float(np.mean(aucs)) for task, aucs in scores.items()}
 

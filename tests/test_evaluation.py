@@ -233,6 +233,21 @@ def test_compare_ranks_and_wins():
         ev.compare(results, "ours", task_names={"absent"})
 
 
+def test_a_stored_result_gives_back_the_result_exactly():
+    """stored() keeps each task's split scores in split order (no means); from_stored() rebuilds evaluate_suite's
+    result bit for bit; a record written before (per_split) passes as it is; splits out of order are refused."""
+    result = ev.summarize({"a/x#0": 0.1 + 0.2, "a/x#1": 1 / 3, "b:multiclass#0": 0.7},
+                          2.5, {"a/x#0": 0.6931471805599453, "a/x#1": 0.1, "b:multiclass#0": 1e-15})
+    kept = ev.stored(result)
+    assert kept == {"seconds": 2.5, "roc_auc_per_split": {"a/x": [0.1 + 0.2, 1 / 3], "b:multiclass": [0.7]},
+                    "log_loss_per_split": {"a/x": [0.6931471805599453, 0.1], "b:multiclass": [1e-15]}}
+    assert ev.from_stored(kept) == result and ev.from_stored(result) is result
+    no_loss = ev.summarize({"t#0": 0.5}, 1.0)
+    assert ev.from_stored(ev.stored(no_loss)) == no_loss and "log_loss_per_split" not in ev.stored(no_loss)
+    with pytest.raises(ValueError, match="out of order"):
+        ev.stored(ev.summarize({"t#1": 0.5, "t#0": 0.6}))
+
+
 def test_first_time_passing():
     baselines = {"rf": {"roc_auc": 0.8}, "lr": {"roc_auc": 0.7}, "gbm": {"roc_auc": 0.95}}
     history = [{"step": 10, "train_seconds": 1.0, "scores": {"roc_auc": 0.65}},

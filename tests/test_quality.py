@@ -95,7 +95,10 @@ def test_score_and_curve(caches, tmp_path, capsys):
     assert sum(m["mean_rank"] for m in methods.values()) == pytest.approx(6)      # 3 methods ranked per task
     assert all(m["log_loss"] > 0 for m in methods.values())
     assert record["summary"]["two"]["overall"]["multiclass"] is None                # a 2-output model: binary only
-    per_split = record["results"]["ten"]["heldout"]["per_split"]
+    kept = record["results"]["ten"]["heldout"]   # each task's split scores as a list, means left out
+    assert set(kept) == {"seconds", "roc_auc_per_split", "log_loss_per_split"}
+    assert {t: len(v) for t, v in kept["roc_auc_per_split"].items()} == {"c/bin": 2, "c/four:multiclass": 2}
+    per_split = ev.from_stored(kept)["per_split"]
     assert set(per_split) == {f"{t}#{i}" for t in ("c/bin", "c/four:multiclass") for i in (0, 1)}
     assert "ten: overall roc_auc" in capsys.readouterr().out
     prefix = str(tmp_path / "curve" / "curve")
@@ -126,7 +129,7 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert lines[0] == ("| against | all (5) | multiclass (2) | wide (1) | held out (2) | "
                         f"< 100 train rows ({sum(n < 100 for n in rows)}) | >= 300 train rows ({sum(n >= 300 for n in rows)}) |")
     assert sum(n >= 300 for n in rows) == 0 and lines[2].endswith("| — |")   # an empty group: a dash, no warning
-    ours = [json.load(open(r))["results"]["ten"] for r in records]
+    ours = [{s: ev.from_stored(r) for s, r in json.load(open(path))["results"]["ten"].items()} for path in records]
     _, baselines = quality.load_cached(2)
     knn = {**baselines["suite"]["knn"]["per_task"], **baselines["heldout"]["knn"]["per_task"]}
     difference = [np.mean([o[s]["per_task"][t] for o in ours]) - knn[t] for s in ("suite", "heldout")
@@ -161,6 +164,16 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert quality.main(["margin", records[1], "--from", every]) == 2   # 2 of NUM_SPLITS against all
     monkeypatch.setattr(rd, "NUM_SPLITS", 2)
     assert quality.main(["margin", records[1], "--from", every]) == 0
+    # a record written before the stored form (per_split, per_task and the means in full) gives the same margin
+    capsys.readouterr()
+    assert quality.main(["margin", records[1], "--from", records[0]]) == 0
+    compact = capsys.readouterr().out
+    old = str(tmp_path / "old.json")
+    record = json.load(open(records[0]))
+    json.dump(dict(record, results={"ten": {s: ev.from_stored(r) for s, r in record["results"]["ten"].items()}}),
+              open(old, "w"))
+    assert "per_split" in json.load(open(old))["results"]["ten"]["suite"]
+    assert quality.main(["margin", records[1], "--from", old]) == 0 and capsys.readouterr().out == compact
 
 
 def test_score_averages_checkpoints_joined_by_plus(caches, tmp_path, capsys):
@@ -179,7 +192,7 @@ def test_score_averages_checkpoints_joined_by_plus(caches, tmp_path, capsys):
         X_tr, X_te, y_tr, y_te = task.split(1)
         mean = np.mean([m.fit(X_tr, y_tr).predict_proba(X_te) for m in members], axis=0)
         auc, _ = ev.split_scores(y_te, mean, members[0].classes_, int(task.y.max()) + 1)
-        assert record["results"]["avg"]["suite"]["per_split"][f"{task.name}#1"] == pytest.approx(auc, abs=1e-6)
+        assert record["results"]["avg"]["suite"]["roc_auc_per_split"][task.name][1] == pytest.approx(auc, abs=1e-6)
     assert record["skipped_tasks"]["avg"] == []
     assert record["skipped_tasks"]["both"] == record["skipped_tasks"]["plus"] != []   # c+d.pt: 2 outputs, one file
     assert quality.main(["score", "--out", out, "--splits", "2", f"bad={a}+{tmp_path / 'nope.pt'}"]) == 2

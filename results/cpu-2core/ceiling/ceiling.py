@@ -3,8 +3,11 @@ test splits' ROC AUC), against the recipe's eight 10-minute models and its 20-mi
 the recipe of now (seeds 0 and 1 on H200s) at 1, 10 and 30 minutes.
 Over all 104 tasks and the 12 wide ones. From the repository root:
     python results/cpu-2core/ceiling/ceiling.py"""
-import glob, json
+import glob, json, os, sys
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+import evaluation  # noqa: E402   (the score records' stored form)
 
 H100, H200 = "results/nvidia-h100", "results/nvidia-h200"
 RECIPE = {"the recipe, 10 min (8 seeds)": sorted(glob.glob(f"{H100}/curve-matmul/score-medium-s[01]-600s.json"))
@@ -23,7 +26,7 @@ def per_task(paths):
     for path in paths:
         results = next(iter(json.load(open(path))["results"].values()))
         for scope in ("suite", "heldout"):
-            for task, auc in results[scope]["per_task"].items():
+            for task, auc in evaluation.from_stored(results[scope])["per_task"].items():
                 tasks.setdefault(task, []).append(auc)
     return {task: float(np.mean(aucs)) for task, aucs in tasks.items()}
 

@@ -10,6 +10,7 @@ import numpy as np, torch
 torch.set_num_threads(2)
 from sklearn.metrics import roc_auc_score
 from classifier import model_from_checkpoint
+import evaluation  # noqa: E402
 from evaluation import make_baseline
 from loaders import make_loader
 from prior_transforms import apply_prior_transforms
@@ -58,7 +59,8 @@ def recipe_and_baselines():
     for scope in ("suite", "heldout"):
         baselines = json.load(open(f"data/baselines-{scope}.json"))["results"]
         for task in baselines["catboost"]["per_task"]:
-            ours = np.mean([next(iter(r["results"].values()))[scope]["per_task"][task] for r in records])
+            ours = np.mean([evaluation.from_stored(next(iter(r["results"].values()))[scope])["per_task"][task]
+                            for r in records])
             rows.append((task, ours, {name: b["per_task"][task] for name, b in baselines.items()}))
     return records, rows
 

@@ -34,7 +34,7 @@ def score(out, paths):
 def gpu_splits(path):
     results = json.load(open(path))["results"]
     name = list(results)[0]
-    return {f"{w}:{k}": v for w in results[name] for k, v in results[name][w]["per_split"].items()}
+    return {f"{w}:{k}": v for w in results[name] for k, v in evaluation.from_stored(results[name][w])["per_split"].items()}
 
 
 def summary(path):

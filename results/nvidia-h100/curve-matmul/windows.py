@@ -2,10 +2,12 @@
     python results/nvidia-h100/curve-matmul/windows.py
 Training loss (the records' per-step losses, rounded to 4 decimals) over step windows, and split 0's mean ROC AUC over
 all 104 tasks from the score records."""
-import json, os
+import json, os, sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
+import evaluation  # noqa: E402   (the score records' stored form)
 WINDOWS = ((3000, 5000), (7500, 8500), (15000, 16300))
 for run in ("small-s0", "small-s1", "medium-s0", "medium-s1", "dp-s0"):
     losses = np.array(json.load(open(os.path.join(HERE, run + ".json")))["extra"]["losses"], dtype=float)
@@ -17,5 +19,6 @@ for name in ("small-s0-600s", "small-s1-600s", "medium-s0-180s", "medium-s1-180s
     record = json.load(open(os.path.join(HERE, f"score-{name}.json")))
     method = next(iter(record["results"]))
     split0 = [value for scope in ("suite", "heldout")
-              for key, value in record["results"][method][scope]["per_split"].items() if key.endswith("#0")]
+              for key, value in evaluation.from_stored(record["results"][method][scope])["per_split"].items()
+              if key.endswith("#0")]
     print(f"split 0 {name:16s} {len(split0)} tasks: {np.mean(split0):.4f}")

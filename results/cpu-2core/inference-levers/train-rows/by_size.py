@@ -19,7 +19,8 @@ for which in ("suite", "heldout"):
     catboost = evaluation.baseline_scores(tasks, evaluation.BASELINES_PATHS[which], 5, compute=False)["catboost"]
     rows, features, diff = [], [], []
     for task in tasks:
-        ours = np.mean([r["results"][name][which]["per_task"][task.name] for r in records for name in r["results"]])
+        ours = np.mean([evaluation.from_stored(r["results"][name][which])["per_task"][task.name] for r in records
+                        for name in r["results"]])
         rows.append(len(task.splits[0][0]))
         features.append(task.X.shape[1])
         diff.append(ours - catboost["per_task"][task.name])
