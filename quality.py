@@ -29,6 +29,7 @@ SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
 MARGIN_AGAINST = ("catboost", "lightgbm")   # margin's baselines unless --against names others
 FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
+TIE = 1e-12                                  # margin: |difference| below this is a tie, not a task won or lost
 CURVE_CELLS = (("overall", "all"), ("overall", "multiclass"), ("overall", "wide"), ("suite", "all"),
                ("heldout", "all"))   # the curve table's columns: (scope, group)
 RECORD_DIR = os.path.join(real_data.REPO, "results", "real-data")
@@ -386,7 +387,8 @@ def margin_cell(difference, resamples: int = 10_000) -> str:
     """Per-task differences (n,) as "mean [95% paired bootstrap interval over tasks] won-lost" (generator seed 0)."""
     picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
     low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
-    won, lost = int((difference > 0).sum()), int((difference < 0).sum())
+    # a tie is a tie: means of equal scores taken in another order can differ in the last bit (2e-16)
+    won, lost = int((difference > TIE).sum()), int((difference < -TIE).sum())
     return f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {won}-{lost}"
 
 

@@ -176,6 +176,14 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     assert quality.main(["margin", records[1], "--from", old]) == 0 and capsys.readouterr().out == compact
 
 
+def test_margin_counts_a_difference_of_rounding_as_a_tie():
+    """Two runs' equal per-task scores averaged in another order differ by 2e-16: a tie, not a task won or lost."""
+    scores = [0.1, 0.2, 0.7, 0.3, 1 / 3, 0.9]
+    equal = np.mean(scores) - np.mean(scores[::-1])
+    assert equal != 0 and abs(equal) < quality.TIE
+    assert quality.margin_cell(np.array([equal, -equal, 0.01, -0.02, 0.03]), 100).endswith(" 2-1")
+
+
 def test_score_averages_checkpoints_joined_by_plus(caches, tmp_path, capsys):
     """NAME=A+B scores the mean of A's and B's probabilities on every split; a 2-output member limits it to the
     binary tasks; a file whose name holds "+" is one checkpoint."""
