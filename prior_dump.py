@@ -32,7 +32,7 @@ PRESETS = {
     "real": dict(num_datasets=200_000, rows=512, features=32, classes=10, feature_law="block-log"),
 }
 FEATURE_LAWS = ("uniform", "block-log")   # num_features: U{1..F} per dataset, or log-uniform per aligned block
-TRAIN_LAWS = ("uniform", "log", "mixed", "tasks")   # PriorMix.train_law: the real tasks' training rows are ~log-uniform 50-500
+TRAIN_LAWS = ("uniform", "log", "mixed", "tasks")   # PriorMix.train_law; the tasks' training rows: ~log-uniform 50-500
 TASK_TRAIN_ROWS = (50, 500)   # "tasks": real_data's rule 8 trains on min(500, rows // 2) of 100-5,000 rows
 DEFAULT_DUMP_DATASETS = 20_000   # train.py's dump without --data: seconds on a few CPU cores
 FORMAT_VERSION = 1               # attrs["prior_version"]; bump whenever the prior's output changes

@@ -187,7 +187,8 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
             "n_estimators": n_estimators, "autocast": autocast, "splits_per_task": splits,
             "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES}, "rule_version":
             real_data.RULE_VERSION, "checkpoints": dict(pairs), "skipped_tasks": skipped, "summary": summary,
-            "results": {name: {w: evaluation.stored(r) for w, r in by_suite.items()} for name, by_suite in results.items()}}
+            "results": {name: {w: evaluation.stored(r) for w, r in by_suite.items()}
+                        for name, by_suite in results.items()}}
 
 
 def curve_points(records) -> list:

@@ -24,7 +24,7 @@ run() {  # gpu name seed budget flags...: train, then score every --save-at chec
          # FROM=S run ...: resume NAME's checkpoint (S seconds trained) to budget; log, record and score its end only
          # GPU as a list (0,1): torchrun over those GPUs; scored on the first
   local gpu=$1 name=$2 seed=$3 budget=$4 save_at=$SAVE_AT tag=$2 from=${FROM:-0} launch=python; shift 4
-  [ $budget -gt $BUDGET ] && save_at=$SAVE_AT,$BUDGET
+  [ $budget -gt $BUDGET ] && save_at=${SAVE_AT:+$SAVE_AT,}$BUDGET
   local keep=(${save_at:+--save-at $save_at})   # SAVE_AT="": the budget's checkpoint only
   [ $from -gt 0 ] && { keep=(--resume); save_at=""; tag=$name-${budget}s; }
   [[ $gpu == *,* ]] && launch="torchrun --standalone --nproc_per_node $(( $(tr -cd , <<< $gpu | wc -c) + 1 ))"
