@@ -154,10 +154,7 @@ def summarize(per_split: dict, seconds: float = 0.0, per_split_log_loss: dict | 
     """{"roc_auc": mean of task means, "per_task", "per_split", "seconds", "splits"} from {"task#i": auc}, and
     "log_loss", "per_task_log_loss", "per_split_log_loss" the same way when per_split_log_loss is given."""
     def by_task(values):
-        grouped = {}
-        for key, value in values.items():
-            grouped.setdefault(key.rsplit("#", 1)[0], []).append(value)
-        return {name: float(np.mean(v)) for name, v in grouped.items()}
+        return {name: float(np.mean(v)) for name, v in _per_task(values).items()}
     per_task = by_task(per_split)
     out = {"roc_auc": float(np.mean(list(per_task.values()))), "per_task": per_task, "per_split": per_split,
            "seconds": seconds, "splits": len(per_split)}
@@ -168,16 +165,26 @@ def summarize(per_split: dict, seconds: float = 0.0, per_split_log_loss: dict | 
     return out
 
 
+def _per_task(values: dict) -> dict:
+    """{task: [values in key order]} of {"task#i": value}."""
+    grouped = {}
+    for key, value in values.items():
+        grouped.setdefault(key.rsplit("#", 1)[0], []).append(value)
+    return grouped
+
+
+def _per_split(lists: dict) -> dict:
+    """{"task#i": value} of {task: [value of split 0, 1, ...]}: _per_task's inverse for splits kept in order."""
+    return {f"{name}#{index}": value for name, values in lists.items() for index, value in enumerate(values)}
+
+
 def stored(result: dict) -> dict:
     """An evaluate_suite result as a score record keeps it: each task's split scores in split order, per metric; the
     means, which summarize derives, left out."""
     def lists(values):
-        grouped = {}
-        for key, value in values.items():
-            name, index = key.rsplit("#", 1)
-            if int(index) != len(grouped.setdefault(name, [])):
-                raise ValueError(f"split {key} out of order: a stored result holds each task's first splits in order")
-            grouped[name].append(value)
+        grouped = _per_task(values)
+        if _per_split(grouped) != values:
+            raise ValueError("splits out of order: a stored result holds each task's first splits in order")
         return grouped
     out = {"seconds": result["seconds"], "roc_auc_per_split": lists(result["per_split"])}
     if "per_split_log_loss" in result:
@@ -189,10 +196,8 @@ def from_stored(kept: dict) -> dict:
     """The evaluate_suite result that stored() kept; a record written before it (with per_split) is one already."""
     if "per_split" in kept:
         return kept
-    def keyed(lists):
-        return {f"{name}#{index}": value for name, values in lists.items() for index, value in enumerate(values)}
     loss = kept.get("log_loss_per_split")
-    return summarize(keyed(kept["roc_auc_per_split"]), kept["seconds"], None if loss is None else keyed(loss))
+    return summarize(_per_split(kept["roc_auc_per_split"]), kept["seconds"], None if loss is None else _per_split(loss))
 
 
 def library_versions(names=BASELINE_PACKAGES) -> dict:

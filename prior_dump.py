@@ -403,16 +403,16 @@ def draw_splits(seed, num_datasets, rows, classes, original_batch_size, train_la
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     low, high = 0.1, 0.9   # as rng.uniform(low, high) computes it from a draw r in [0, 1), bit for bit
     uniform = lambda r: low + (high - low) * r
-    log = lambda r: np.exp(math.log(low) + (math.log(high) - math.log(low)) * r)   # each doubling as likely
-    if train_law == "mixed":   # the log law's short tables beside the uniform law's long ones; three draws a
+    log_uniform = lambda a, b, r: np.exp(math.log(a) + (math.log(b) - math.log(a)) * r)   # each doubling as likely
+    if train_law == "tasks":   # 50-500 training rows whatever R (R >= 1000 leaves >= 500 test rows)
+        train_rows = log_uniform(*TASK_TRAIN_ROWS, rng.random(num_blocks))
+    elif train_law == "mixed":   # the log law's short tables beside the uniform law's long ones; three draws a
         log_draw, uniform_draw, coin = rng.random((num_blocks, 3)).T   # block, so N datasets stay a prefix of M > N
-        u = np.where(coin < 0.5, uniform(uniform_draw), log(log_draw))
-    elif train_law == "tasks":   # the share that gives log-uniform 50-500 training rows (R >= 1000 leaves >= 500 test)
-        low_rows, high_rows = TASK_TRAIN_ROWS
-        u = np.exp(math.log(low_rows) + (math.log(high_rows) - math.log(low_rows)) * rng.random(num_blocks)) / rows
+        train_rows = rows * np.where(coin < 0.5, uniform(uniform_draw), log_uniform(low, high, log_draw))
     else:
-        u = (uniform if train_law == "uniform" else log)(rng.random(num_blocks))
-    split = np.clip((rows * u).astype(np.int64), classes, rows - classes)
+        draw = rng.random(num_blocks)
+        train_rows = rows * (uniform(draw) if train_law == "uniform" else log_uniform(low, high, draw))
+    split = np.clip(train_rows.astype(np.int64), classes, rows - classes)
     return np.repeat(split, original_batch_size)[:num_datasets].astype(np.int32)
 
 
