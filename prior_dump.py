@@ -475,6 +475,29 @@ def generate(num_datasets, rows, features, classes, seed, device="cpu", group_si
         chunks.close()   # a consumer that stops early also stops the CPU workers
 
 
+def _real_tables(real, rows, original_batch_size):
+    """The pool's tables for write_dump's `real` (None: no real tables); ValueError in one line for a bad share."""
+    if real is None or real[1] == 0:
+        return None
+    import real_pool   # lazily: only a dump with real tables reads the pool
+    if not 0.0 < real[1] <= 1.0:   # also rejects NaN
+        raise ValueError(f"real share must be in (0, 1], got {real[1]!r}")
+    if chunk_size(rows) % original_batch_size:
+        raise ValueError(f"real tables fill whole blocks of --original-batch-size {original_batch_size} datasets, "
+                         f"which must divide the {chunk_size(rows)} datasets generated at a time")
+    return real_pool.read_pool(real[0])
+
+
+def _mix_real(group, tables, seed, share, block, classes):
+    """Overwrites, in place, the blocks of `group` that real_pool.real_blocks picks with real tables."""
+    import real_pool
+    first = group.start // block
+    for index in real_pool.real_blocks(seed, first, -(-len(group.X) // block), share):
+        part = slice((index - first) * block, (index - first + 1) * block)
+        real_pool.fill_block(index, seed, tables, group.X[part], group.y[part], group.num_features[part],
+                             group.num_datapoints[part], group.single_eval_pos[part], classes)
+
+
 SPEC_PREFIX = "prior:"   # --data prior:PRESET[:N]: the preset's N datasets (seed 0) made on the fly, no file
 
 
@@ -511,6 +534,8 @@ def file_settings(path) -> dict:
     if attrs["prior_version"] != FORMAT_VERSION:
         raise ValueError(f"written by prior version {attrs['prior_version']}, this code generates version "
                          f"{FORMAT_VERSION}")
+    if attrs.get("real_share", 0) > 0:
+        raise ValueError(f"holds real tables (share {attrs['real_share']}, real_pool.py), which are not generated again")
     mix = PriorMix(**{key: type(value)(attrs.get(key, value)) for key, value in PriorMix()._asdict().items()})
     return dict(num_datasets=shape[0], rows=shape[1], features=shape[2], classes=classes, seed=int(attrs["seed"]),
                 original_batch_size=batch, made_on=str(attrs.get("device_type", "cpu")),
@@ -570,11 +595,13 @@ def _disk_errors(path):
 
 
 def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", progress=True,
-               original_batch_size=32, group_size=None, feature_law="uniform", mix=PriorMix()):
+               original_batch_size=32, group_size=None, feature_law="uniform", mix=PriorMix(), real=None):
     """Generates a dump (arguments as in generate()) and streams it atomically into pre-created contiguous datasets;
-    progress: plan line and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
+    real: (pool path, share) puts real tables in that share of the aligned blocks (real_pool.py); progress: plan line
+    and bar. Returns dict: path, num_datasets, seconds, datasets_per_s, bytes, device."""
     from tqdm import tqdm
     _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix)
+    tables = _real_tables(real, rows, original_batch_size)
     device = resolve_device(device or "auto")
     size, seconds = estimate(num_datasets, rows, features, device)
     safe_io.check_outputs({"--out": path}, need_bytes={"--out": size})
@@ -595,6 +622,8 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                     ("X", 3, "f4"), ("y", 2, "f4"), ("num_features", 1, "i4"), ("num_datapoints", 1, "i4"),
                     ("single_eval_pos", 1, "i4"))}
             for group in generate(*shape, classes, seed, device, group_size, original_batch_size, feature_law, mix):
+                if tables:
+                    _mix_real(group, tables, seed, real[1], original_batch_size, classes)
                 with _disk_errors(path):
                     for key, dataset in datasets.items():
                         dataset[group.start:group.start + len(group.X)] = getattr(group, key)
@@ -606,6 +635,9 @@ def write_dump(path, num_datasets, rows, features, classes, seed, device="cpu", 
                 f.attrs.update(prior="prior_dump.py SCM prior (MLP + trees)", prior_version=FORMAT_VERSION,
                                seed=seed, device_type=device.type, feature_law=feature_law,
                                **mix._asdict())
+                if tables:
+                    f.attrs.update(real_pool=os.path.basename(real[0]), real_share=real[1],
+                                   real_tables=len(tables))
         finally:
             with _disk_errors(path):
                 f.close()   # flushes: a full disk often shows here first
@@ -661,6 +693,16 @@ def _check_file(path):
     return 0
 
 
+def _real_flags(pool, share):
+    """write_dump's `real` from --real-pool / --real-share; ValueError for a pool without a share."""
+    if pool and not share:
+        raise ValueError("--real-pool without --real-share puts no real table in the dump")
+    if not share:
+        return None
+    import real_pool   # lazily: its default path
+    return (pool or real_pool.POOL_PATH, share)
+
+
 def main(argv=None):
     parser = ArgumentParser(description="Write a synthetic SCM prior dump in nanoTabPFN's HDF5 format.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="nano",
@@ -696,6 +738,11 @@ def main(argv=None):
                              "doubling of the rows as likely, as in real tables), mixed (either, even odds per block), "
                              "or tasks: log-uniform on 50-500 rows whatever R, as the real-data tasks train "
                              f"(default {PriorMix().train_law})")
+    parser.add_argument("--real-share", type=float, default=0.0, metavar="SHARE",
+                        help="share of the aligned blocks holding real tables of --real-pool in place of the "
+                             "prior's (real_pool.py; default 0: none)")
+    parser.add_argument("--real-pool", default=None, metavar="NPZ",
+                        help="the real tables to draw from (default data/real_pool.npz, made by real_pool.py)")
     parser.add_argument("--seed", type=int, default=0, help="base random seed, >= 0 (default 0)")
     parser.add_argument("--out", help="output .h5 (default data/prior_<N>_<R>x<F>_<C>_seed<S>.h5)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (CPU and CUDA dumps differ)")
@@ -716,7 +763,8 @@ def main(argv=None):
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
                            mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth, args.noise_scale,
-                                        args.proxy_share, args.binary_share, args.train_law), **shape)
+                                        args.proxy_share, args.binary_share, args.train_law),
+                           real=_real_flags(args.real_pool, args.real_share), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
     except MemoryError:
