@@ -42,6 +42,10 @@ KEY_MAX_COLUMNS, KEY_MIN_SHARE, KEY_MIN_GAIN = 6, 0.2, 0.3
 # value never comes from a fit that saw its label) and from the fit on all of them for the test rows
 # (results/cpu-2core/inference-levers/linear-feature).
 LINEAR_FOLDS = 5
+# The forest columns: a random forest's class probabilities, out of bag on the training rows (a row's value comes only
+# from trees whose bootstrap left it out) and from the whole forest on the test rows
+# (results/cpu-2core/inference-levers/forest-columns).
+FOREST_TREES = 100
 
 
 def resolved_autocast(autocast: str, device_type: str) -> str:
@@ -245,6 +249,25 @@ def _out_of_fold_decision(X: np.ndarray, y: np.ndarray, linear, seed: int) -> np
     return values
 
 
+def _forest_columns(probabilities: np.ndarray) -> np.ndarray:
+    """(n, 1) class 1's probability for two classes, (n, K) for more."""
+    return probabilities[:, 1:] if probabilities.shape[1] == 2 else probabilities
+
+
+def _for_trees(X: np.ndarray) -> np.ndarray:
+    """X within float32's range (sklearn's trees cast to it), NaN kept: the trees send missing cells down a side."""
+    limit = np.finfo(np.float32).max
+    return np.clip(X, -limit, limit)
+
+
+def _fit_forest(X: np.ndarray, y: np.ndarray, seed: int):
+    """(the forest, its out-of-bag columns on the training rows: the class prior where no tree left a row out)."""
+    from sklearn.ensemble import RandomForestClassifier
+    forest = RandomForestClassifier(FOREST_TREES, oob_score=True, n_jobs=-1, random_state=seed).fit(_for_trees(X), y)
+    out_of_bag = forest.oob_decision_function_                              # (n, K), NaN where never out of bag
+    return forest, _forest_columns(np.where(np.isnan(out_of_bag), np.bincount(y) / len(y), out_of_bag))
+
+
 def _label_frequencies(column, values, counts, prior, own_labels=None) -> np.ndarray:
     """Smoothed label frequencies (m, K) of the training rows sharing each row's value (the prior where none);
     own_labels (training rows): each row's own label left out."""
@@ -263,13 +286,14 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets;
     id_encoding adds to each id-like column whose repeated values share labels (ID_*), and to one composite key of
     several columns that names an entity (KEY_*), the leave-one-out label frequencies of its value's training rows,
-    as CatBoost's target statistics do for categories; linear_columns appends logistic regression's decision values
-    (out of fold on the training rows, LINEAR_FOLDS)."""
+    as CatBoost's target statistics do for categories; forest_columns appends a random forest's class probabilities
+    (out of bag on the training rows, FOREST_TREES), before linear_columns appends logistic regression's decision
+    values (out of fold on the training rows, LINEAR_FOLDS)."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
                  missing: str = "mean", autocast: str = "auto", random_state: int = 0, id_encoding: bool = True,
-                 linear_columns: bool = True):
+                 linear_columns: bool = True, forest_columns: bool = True):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators
@@ -280,6 +304,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.id_encoding = id_encoding
         self.linear_columns = linear_columns
+        self.forest_columns = forest_columns
 
     @classmethod
     def from_checkpoint(cls, path, device=None, **params) -> "NanoTabPFNClassifier":
@@ -290,7 +315,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
-        for name in ("id_encoding", "linear_columns"):
+        for name in ("id_encoding", "linear_columns", "forest_columns"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.autocast not in AUTOCASTS:
@@ -320,7 +345,10 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
                           f"{self.max_train_rows}; using a stratified subsample of {len(keep)}", stacklevel=2)
             X, y = X[keep], y[keep]
         self.n_features_in_, self.classes_, self.y_train_ = X.shape[1], classes, y
-        self.linear_ = None
+        self.forest_ = self.linear_ = None
+        if self.forest_columns:   # first: the linear columns, the id encoding and the members see its columns too
+            self.forest_, out_of_bag = _fit_forest(X, y, self.random_state)
+            X = np.concatenate([X, out_of_bag], axis=1)
         if self.linear_columns:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # a linear fit that stops at max_iter, or a column with no values
@@ -405,6 +433,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but NanoTabPFNClassifier is expecting "
                              f"{self.n_features_in_} features as input (X_test vs fit)")
+        if getattr(self, "forest_", None) is not None:   # None: off, or fitted before the forest columns
+            X = np.concatenate([X, _forest_columns(self.forest_.predict_proba(_for_trees(X)))], axis=1)
         if getattr(self, "linear_", None) is not None:   # None: off, or fitted before the linear columns
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -14,8 +14,9 @@ import classifier as C
 from classifier import NanoTabPFNClassifier
 from model import ModelConfig, NanoTabPFNModel
 
-# Tests of the other mechanisms see only the columns those give; the linear columns have their own test.
-Plain = functools.partial(NanoTabPFNClassifier, linear_columns=False)
+# Tests of the other mechanisms see only the columns those give; the linear and forest columns have their own tests.
+Plain = functools.partial(NanoTabPFNClassifier, linear_columns=False, forest_columns=False)
+Linear = functools.partial(NanoTabPFNClassifier, forest_columns=False)
 SMALL = dict(embedding_size=16, num_attention_heads=4, mlp_hidden_size=24, num_layers=2, num_outputs=3)
 
 
@@ -279,17 +280,41 @@ def test_linear_columns_are_out_of_fold_on_the_training_rows():
     from sklearn.metrics import roc_auc_score
     rng = np.random.default_rng(4)
     X, y = rng.standard_normal((60, 30)), np.arange(60) % 2
-    clf = NanoTabPFNClassifier(make_model(19, num_outputs=2)).fit(X, y)
+    clf = Linear(make_model(19, num_outputs=2)).fit(X, y)
     oof = C._out_of_fold_decision(X, y, clf.linear_, 0)[:, 0]
     assert roc_auc_score(y, C._decision(clf.linear_, X)[:, 0]) > 0.95 and abs(roc_auc_score(y, oof) - 0.5) < 0.25
     assert clf.X_train_.shape[1] == 31 and clf.X_train_[:, -1] == pytest.approx((oof - oof.mean()) / oof.std())
     assert Plain(clf.model).fit(X, y).X_train_.shape[1] == 30
     X3, y3 = rng.standard_normal((45, 3)), np.arange(45) % 3
-    three = NanoTabPFNClassifier(make_model(20)).fit(X3, y3)
+    three = Linear(make_model(20)).fit(X3, y3)
     assert three.X_train_.shape[1] == 3 + 3 and np.isfinite(three.predict_proba(rng.standard_normal((5, 3)))).all()
     X3[::7, 1] = np.nan                                                   # missing cells: mean fill + indicator
-    assert np.isfinite(NanoTabPFNClassifier(three.model).fit(X3, y3).predict_proba(X3[:4])).all()
+    assert np.isfinite(Linear(three.model).fit(X3, y3).predict_proba(X3[:4])).all()
     one_line_error(ValueError, NanoTabPFNClassifier(clf.model, linear_columns=1).fit, X, y, match="linear_columns")
+
+
+def test_forest_columns_are_out_of_bag_on_the_training_rows():
+    """A random forest's class probabilities join the columns first: out of bag on the training rows, so on labels that
+    are noise they carry no signal there (the forest's in-sample probabilities separate the classes), and the whole
+    forest's on the test rows; one per class for more than two classes; missing and huge cells go to the trees."""
+    from sklearn.metrics import roc_auc_score
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((80, 6)), np.arange(80) % 2
+    forest, out_of_bag = C._fit_forest(X, y, 0)
+    in_sample = forest.predict_proba(X)[:, 1]
+    assert roc_auc_score(y, in_sample) > 0.95 and abs(roc_auc_score(y, out_of_bag[:, 0]) - 0.5) < 0.25
+    clf = NanoTabPFNClassifier(make_model(21, num_outputs=2), linear_columns=False).fit(X, y)
+    oob = out_of_bag[:, 0]
+    assert clf.X_train_.shape[1] == 7 and clf.X_train_[:, -1] == pytest.approx((oob - oob.mean()) / oob.std())
+    test = rng.standard_normal((5, 6))
+    plain = Plain(clf.model).fit(np.concatenate([X, out_of_bag], axis=1), y)
+    expected = plain.predict_proba(np.concatenate([test, forest.predict_proba(test)[:, 1:]], axis=1))
+    np.testing.assert_array_equal(clf.predict_proba(test), expected)   # the whole forest's column on the test rows
+    X3, y3 = rng.standard_normal((45, 3)), np.arange(45) % 3
+    X3[::7, 1], X3[3, 2] = np.nan, 1e300
+    three = NanoTabPFNClassifier(make_model(22), linear_columns=False).fit(X3, y3)
+    assert three.X_train_.shape[1] == 3 + 3 and np.isfinite(three.predict_proba(X3[:6])).all()
+    one_line_error(ValueError, NanoTabPFNClassifier(clf.model, forest_columns=1).fit, X, y, match="forest_columns")
 
 
 def test_linear_columns_match_the_logistic_regression_baseline():

@@ -294,13 +294,16 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     assert quality.main(["latency", "--out", out, "--device", "cpu", "--repeats", "2", "--warmup", "1",
                          checkpoint(tmp_path / "ten.pt", 10)]) == 0
     record = json.load(open(out))
-    assert [(r["autocast"], r["linear_columns"], r["members"]) for r in record["rows"]] == [
-        (autocast, linear, members) for autocast in ("off", "bf16") for linear in (False, True) for members in (1, 4)]
+    assert [(r["autocast"], r["linear_columns"], r["forest_columns"], r["members"]) for r in record["rows"]] == [
+        (autocast, linear, forest, members) for autocast in ("off", "bf16")
+        for linear, forest in ((False, False), (True, False), (True, True)) for members in (1, 4)]
     assert all(0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in record["rows"])
     assert record["table"] == {"train_rows": 60, "features": 20, "test_rows": 40} and record["device"] == "cpu"
     out = capsys.readouterr().out
-    assert record["config"]["embedding_size"] == 16 and "autocast bf16 | linear columns on  | 4 member(s)" in out
-    default = next(r for r in record["rows"] if r["members"] == 4 and r["linear_columns"] and r["autocast"] == "off")
+    assert record["config"]["embedding_size"] == 16
+    assert "autocast bf16 | linear columns on  | forest columns on  | 4 member(s)" in out
+    default = next(r for r in record["rows"] if r["members"] == 4 and r["linear_columns"] and r["forest_columns"]
+                   and r["autocast"] == "off")
     assert f"defaults, 4 members: {default['median_ms']:.1f} ms" in out and "does not apply on a CPU" in out
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err

@@ -21,9 +21,9 @@ class ForestColumns(NanoTabPFNClassifier):
         from sklearn.ensemble import RandomForestClassifier
         X = np.asarray(X, dtype=np.float64)
         X = np.where(np.isfinite(X), X, np.nan)
-        self.forest_ = RandomForestClassifier(TREES, oob_score=True, n_jobs=2, random_state=self.random_state).fit(X, y)
-        oob = self.forest_.oob_decision_function_                            # (n, K), NaN where never out of bag
-        prior = np.bincount(np.searchsorted(self.forest_.classes_, y)) / len(y)
+        self.rf_ = RandomForestClassifier(TREES, oob_score=True, n_jobs=2, random_state=self.random_state).fit(X, y)
+        oob = self.rf_.oob_decision_function_                            # (n, K), NaN where never out of bag
+        prior = np.bincount(np.searchsorted(self.rf_.classes_, y)) / len(y)
         oob = np.where(np.isnan(oob), prior, oob)
         return super().fit(np.concatenate([X, self._columns(oob)], axis=1), y)
 
@@ -33,7 +33,7 @@ class ForestColumns(NanoTabPFNClassifier):
     def predict_proba(self, X):
         X = np.asarray(X, dtype=np.float64)
         X = np.where(np.isfinite(X), X, np.nan)
-        return super().predict_proba(np.concatenate([X, self._columns(self.forest_.predict_proba(X))], axis=1))
+        return super().predict_proba(np.concatenate([X, self._columns(self.rf_.predict_proba(X))], axis=1))
 
 
 if __name__ == "__main__":
