@@ -293,7 +293,7 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
                  missing: str = "mean", autocast: str = "auto", random_state: int = 0, id_encoding: bool = True,
-                 linear_columns: bool = True, forest_columns: bool = True):
+                 linear_columns: bool = True, forest_columns: bool = False):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators

@@ -157,7 +157,7 @@ def checkpoint_paths(path: str) -> list:
 
 
 def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
-                      autocast: str = "auto") -> dict:
+                      autocast: str = "auto", forest_columns: bool = False) -> dict:
     """{"results": {name: {suite: evaluation.stored() result}}, "summary": {name: summaries()}, "skipped"} of each
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
@@ -168,8 +168,8 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
     autocast = resolved_autocast(autocast, torch.device(device).type)   # as recorded
     results, summary, skipped = {}, {}, {}
     for name, path in pairs:
-        members = [NanoTabPFNClassifier.from_checkpoint(p, device=device, n_estimators=n_estimators,
-                                                        autocast=autocast) for p in checkpoint_paths(path)]
+        members = [NanoTabPFNClassifier.from_checkpoint(p, device=device, n_estimators=n_estimators, autocast=autocast,
+                                                        forest_columns=forest_columns) for p in checkpoint_paths(path)]
         classifier = members[0] if len(members) == 1 else Averaged(members)
         outputs = min(member.model.config.num_outputs for member in members)
         usable = {w: evaluation.usable_tasks(tasks[w], outputs) for w in SUITES}
@@ -184,7 +184,8 @@ def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: in
               flush=True)
     gpu = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
     return {"device": device, "gpu": gpu, "cpu": evaluation.cpu_name(), "torch": torch.__version__,
-            "n_estimators": n_estimators, "autocast": autocast, "splits_per_task": splits,
+            "n_estimators": n_estimators, "autocast": autocast, "forest_columns": forest_columns,
+            "splits_per_task": splits,
             "tasks_digest": {w: real_data.tasks_digest(tasks[w]) for w in SUITES}, "rule_version":
             real_data.RULE_VERSION, "checkpoints": dict(pairs), "skipped_tasks": skipped, "summary": summary,
             "results": {name: {w: evaluation.stored(r) for w, r in by_suite.items()}
@@ -444,6 +445,8 @@ def parse_args(argv=None):
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
     score.add_argument("--autocast", choices=AUTOCASTS, default="auto",
                        help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
+    score.add_argument("--forest-columns", action="store_true",
+                       help="NanoTabPFNClassifier(forest_columns=True): a random forest's probabilities as columns")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT",
                        help="a name and a checkpoint path, or paths joined by + (their probabilities averaged)")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
@@ -493,7 +496,8 @@ def main(argv=None) -> int:
             if args.splits is not None and args.splits < 1:
                 return fail(f"--splits must be >= 1, got {args.splits}")
             from profile_utils import git_commit
-            record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators, autocast=args.autocast)
+            record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators, autocast=args.autocast,
+                                       forest_columns=args.forest_columns)
             write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
                                          **record}, "score record")
         elif args.command == "run":

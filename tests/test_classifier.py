@@ -303,7 +303,7 @@ def test_forest_columns_are_out_of_bag_on_the_training_rows():
     forest, out_of_bag = C._fit_forest(X, y, 0)
     in_sample = forest.predict_proba(X)[:, 1]
     assert roc_auc_score(y, in_sample) > 0.95 and abs(roc_auc_score(y, out_of_bag[:, 0]) - 0.5) < 0.25
-    clf = NanoTabPFNClassifier(make_model(21, num_outputs=2), linear_columns=False).fit(X, y)
+    clf = NanoTabPFNClassifier(make_model(21, num_outputs=2), linear_columns=False, forest_columns=True).fit(X, y)
     oob = out_of_bag[:, 0]
     assert clf.X_train_.shape[1] == 7 and clf.X_train_[:, -1] == pytest.approx((oob - oob.mean()) / oob.std())
     test = rng.standard_normal((5, 6))
@@ -312,9 +312,10 @@ def test_forest_columns_are_out_of_bag_on_the_training_rows():
     np.testing.assert_array_equal(clf.predict_proba(test), expected)   # the whole forest's column on the test rows
     X3, y3 = rng.standard_normal((45, 3)), np.arange(45) % 3
     X3[::7, 1], X3[3, 2] = np.nan, 1e300
-    three = NanoTabPFNClassifier(make_model(22), linear_columns=False).fit(X3, y3)
+    three = NanoTabPFNClassifier(make_model(22), linear_columns=False, forest_columns=True).fit(X3, y3)
     assert three.X_train_.shape[1] == 3 + 3 and np.isfinite(three.predict_proba(X3[:6])).all()
     one_line_error(ValueError, NanoTabPFNClassifier(clf.model, forest_columns=1).fit, X, y, match="forest_columns")
+    assert NanoTabPFNClassifier(clf.model).forest_columns is False   # off by default (forest-columns' README)
 
 
 def test_linear_columns_match_the_logistic_regression_baseline():

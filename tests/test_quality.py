@@ -207,6 +207,28 @@ def test_score_averages_checkpoints_joined_by_plus(caches, tmp_path, capsys):
     assert "nope.pt does not exist" in capsys.readouterr().err
 
 
+def test_score_forest_columns_flag_scores_the_classifier_with_them(caches, tmp_path):
+    from classifier import NanoTabPFNClassifier
+    a = checkpoint(tmp_path / "a.pt", 10, seed=0)
+    out = str(tmp_path / "forest.json")
+    assert quality.main(["score", "--out", out, "--splits", "1", "--device", "cpu", "--n-estimators", "1",
+                         "--forest-columns", f"forest={a}"]) == 0
+    record = json.load(open(out))
+    assert record["forest_columns"] is True
+    differ = False
+    for task in quality.load_cached(1)[0]["suite"][:3]:
+        X_tr, X_te, y_tr, y_te = task.split(0)
+        auc = {}
+        for forest in (True, False):
+            clf = NanoTabPFNClassifier.from_checkpoint(a, device="cpu", n_estimators=1, forest_columns=forest)
+            probabilities = clf.fit(X_tr, y_tr).predict_proba(X_te)
+            auc[forest] = ev.split_scores(y_te, probabilities, clf.classes_, int(task.y.max()) + 1)[0]
+        assert record["results"]["forest"]["suite"]["roc_auc_per_split"][task.name][0] == pytest.approx(auc[True],
+                                                                                                     abs=1e-6)
+        differ |= auc[True] != auc[False]
+    assert differ   # the flag changes the classifier
+
+
 def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
     ten = checkpoint(tmp_path / "ten.pt", 10)
     args = ["score", "--out", str(tmp_path / "out.json"), "--splits", "2", f"ten={ten}"]
@@ -302,8 +324,8 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert record["config"]["embedding_size"] == 16
     assert "autocast bf16 | linear columns on  | forest columns on  | 4 member(s)" in out
-    default = next(r for r in record["rows"] if r["members"] == 4 and r["linear_columns"] and r["forest_columns"]
-                   and r["autocast"] == "off")
+    default = next(r for r in record["rows"] if r["members"] == 4 and r["linear_columns"] and not r["forest_columns"]
+                   and r["autocast"] == "off")   # the classifier's defaults on a CPU
     assert f"defaults, 4 members: {default['median_ms']:.1f} ms" in out and "does not apply on a CPU" in out
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
