@@ -32,13 +32,15 @@ run() {  # gpu name seed budget flags...: train, then score every --save-at chec
     train_optimized.py --recipe real-tables ${DATA:+--data $DATA} "$@" --seed $seed --time-budget $budget "${keep[@]}" \
     --no-eval --log-every 500 --ckpt $CK/$name.pt --record $W/$tag.json $DRY > $W/$tag.log 2>&1
   echo "$tag exit $? at $(elapsed)s: $(grep -E 'done:|rror' $W/$tag.log | tail -1 | cut -c1-220)" >> $W/train.txt
-  for seconds in ${save_at//,/ } $budget; do
-    local ckpt=$CK/$name-${seconds}s.pt; [ $seconds = $budget ] && ckpt=$CK/$name.pt
-    [ -e $ckpt ] || continue
-    CUDA_VISIBLE_DEVICES=${gpu%%,*} python quality.py score --device $DEV --splits 5 --minutes $(python -c "print($seconds/60)") \
-      --seed $seed --out $W/score-$name-${seconds}s.json ${name%%-s[0-9]*}=$ckpt > $W/score-$name-${seconds}s.log 2>&1
-    echo "scored $name at ${seconds}s ($(elapsed)s): $(tail -1 $W/score-$name-${seconds}s.log)" >> $W/train.txt
-  done
+  [ -n "${NO_SCORE:-}" ] && return   # NO_SCORE=1: the caller scores the checkpoints (score_one)
+  for seconds in ${save_at//,/ } $budget; do score_one ${gpu%%,*} $name $seed $seconds $budget; done
+}
+score_one() {  # gpu name seed seconds budget: score $CK/NAME-SECONDSs.pt (NAME.pt at the budget) on that GPU
+  local ckpt=$CK/$2-${4}s.pt; [ $4 = $5 ] && ckpt=$CK/$2.pt
+  [ -e $ckpt ] || return 0
+  CUDA_VISIBLE_DEVICES=$1 python quality.py score --device $DEV --splits 5 --minutes $(python -c "print($4/60)") \
+    --seed $3 --out $W/score-$2-${4}s.json ${2%%-s[0-9]*}=$ckpt > $W/score-$2-${4}s.log 2>&1
+  echo "scored $2 at ${4}s ($(elapsed)s): $(tail -1 $W/score-$2-${4}s.log)" >> $W/train.txt
 }
 pack() {  # name globs...: the files of $W that the quoted globs match, as 15 MiB parts of one tar under $OUT
   local name=$1; shift
@@ -68,7 +70,7 @@ start)
   # the logger starts after the dump and is stopped by its PID (never `pkill -f`: it would match this command line)
   setsid nohup nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,utilization.gpu \
     --format=csv -l 10 > $W/clocks.csv 2>&1 < /dev/null & echo $! > $W/clocks.pid
-  export -f elapsed run driver
+  export -f elapsed run score_one driver
   export W CK D DEV DRY BUDGET LONG SAVE_AT DATA
   setsid nohup bash -c "$(declare -p FLAGS); driver" > $W/driver.log 2>&1 < /dev/null &
   while [ $(elapsed) -lt $HOLD ]; do sleep 5; done
