@@ -286,14 +286,15 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
     the mean fill; features_per_estimator None uses all columns; random_state seeds the subsample and subsets;
     id_encoding adds to each id-like column whose repeated values share labels (ID_*), and to one composite key of
     several columns that names an entity (KEY_*), the leave-one-out label frequencies of its value's training rows,
-    as CatBoost's target statistics do for categories; forest_columns appends a random forest's class probabilities
-    (out of bag on the training rows, FOREST_TREES), before linear_columns appends logistic regression's decision
-    values (out of fold on the training rows, LINEAR_FOLDS)."""
+    as CatBoost's target statistics do for categories; forest_columns True appends a random forest's class
+    probabilities (out of bag on the training rows, FOREST_TREES), before linear_columns appends logistic regression's
+    decision values (out of fold on the training rows, LINEAR_FOLDS); "half" averages n_estimators members without the
+    forest columns and n_estimators with them (results/cpu-2core/inference-levers/forest-blend)."""
 
     def __init__(self, model: NanoTabPFNModel, device=None, n_estimators: int = 4,
                  features_per_estimator: int | None = None, max_train_rows: int = 1000,
                  missing: str = "mean", autocast: str = "auto", random_state: int = 0, id_encoding: bool = True,
-                 linear_columns: bool = True, forest_columns: bool = False):
+                 linear_columns: bool = True, forest_columns: bool | str = False):
         self.model = model
         self.device = device
         self.n_estimators = n_estimators
@@ -315,9 +316,12 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (n, f) numeric, NaN / ±inf allowed; y (n,) with 2..model.config.num_outputs distinct labels."""
         if self.missing not in ("indicator", "mean"):
             raise ValueError(f"missing must be 'indicator' or 'mean', got {self.missing!r}")
-        for name in ("id_encoding", "linear_columns", "forest_columns"):
+        for name in ("id_encoding", "linear_columns"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not (isinstance(self.forest_columns, (bool, np.bool_)) or
+                isinstance(self.forest_columns, str) and self.forest_columns == "half"):
+            raise ValueError(f"forest_columns must be True, False or 'half', got {self.forest_columns!r}")
         if self.autocast not in AUTOCASTS:
             raise ValueError(f"autocast must be one of {AUTOCASTS}, got {self.autocast!r}")
         for name in ("n_estimators", "max_train_rows"):
@@ -327,6 +331,15 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         if self.features_per_estimator is not None and self.features_per_estimator < 1:
             raise ValueError(f"features_per_estimator must be a positive int or None, "
                              f"got {self.features_per_estimator!r}")
+        if isinstance(self.forest_columns, str):   # "half": two fitted classifiers, their probabilities averaged
+            params = self.get_params()
+            self.halves_ = [type(self)(**{**params, "forest_columns": False}).fit(X, y)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)   # the subsample's warning: the first half gave it
+                self.halves_.append(type(self)(**{**params, "forest_columns": True}).fit(X, y))
+            self.n_features_in_, self.classes_ = self.halves_[0].n_features_in_, self.halves_[0].classes_
+            return self
+        self.halves_ = None
         X = _as_features(X, "X_train")
         classes, y = _labels(y, X.shape[0])
         num_outputs = self.model.config.num_outputs
@@ -429,6 +442,8 @@ class NanoTabPFNClassifier(ClassifierMixin, BaseEstimator):
         """X (m, f) with fit's f, NaN / ±inf allowed -> (m, K) float32 probabilities over classes_."""
         if not hasattr(self, "classes_"):
             raise NotFittedError("this NanoTabPFNClassifier is not fitted yet: call fit(X_train, y_train) first")
+        if getattr(self, "halves_", None):
+            return np.mean([half.predict_proba(X) for half in self.halves_], axis=0, dtype=np.float32)
         X = _as_features(X, "X_test")
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but NanoTabPFNClassifier is expecting "

@@ -157,7 +157,7 @@ def checkpoint_paths(path: str) -> list:
 
 
 def score_checkpoints(pairs, device: str = "auto", splits=None, n_estimators: int = 4, cached=None,
-                      autocast: str = "auto", forest_columns: bool = False) -> dict:
+                      autocast: str = "auto", forest_columns: bool | str = False) -> dict:
     """{"results": {name: {suite: evaluation.stored() result}}, "summary": {name: summaries()}, "skipped"} of each
     (name, checkpoint path) against the cached baselines (`cached`: load_cached(splits), when read already)."""
     import torch
@@ -332,8 +332,8 @@ def run_curve(out: str, minutes: list, seeds: list, gpus: int, splits, extra: li
 
 def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     """Wall time of NanoTabPFNClassifier.fit + predict_proba on LATENCY_ROWS x LATENCY_FEATURES, for 1 and 4 members,
-    no added columns, the linear columns, and the linear and forest columns, in fp32 and under bf16 autocast: median
-    and 10th-90th percentiles of `repeats` after `warmup` untimed."""
+    no added columns, the linear columns, and the linear and forest columns (in every member or in half), in fp32 and
+    under bf16 autocast: median and 10th-90th percentiles of `repeats` after `warmup` untimed."""
     import torch
 
     from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint, resolved_autocast
@@ -347,7 +347,8 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     y = (X[:, 0] + rng.normal(size=len(X)) > 0).astype(int)
     rows = []
     settings = [(autocast, linear, forest, members) for autocast in ("off", "bf16")
-                for linear, forest in ((False, False), (True, False), (True, True)) for members in (1, 4)]
+                for linear, forest in ((False, False), (True, False), (True, True), (True, "half"))
+                for members in (1, 4)]
     for autocast, linear, forest, members in settings:
         classifier = NanoTabPFNClassifier(model, device=device, n_estimators=members, linear_columns=linear,
                                           forest_columns=forest, autocast=autocast)
@@ -361,8 +362,8 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
                      "median_ms": round(float(median), 2), "p10_ms": round(float(p10), 2),
                      "p90_ms": round(float(p90), 2)})
         print(f"autocast {autocast:4} | linear columns {'on ' if linear else 'off'} | forest columns "
-              f"{'on ' if forest else 'off'} | {members} member(s) | median {median:.1f} ms (p10 {p10:.1f}, "
-              f"p90 {p90:.1f})", flush=True)
+              f"{ {False: 'off', True: 'on'}.get(forest, forest):4} | {members} member(s) | median {median:.1f} ms "
+              f"(p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
     defaults = NanoTabPFNClassifier(model)
     default = next(r for r in rows if r["members"] == 4 and r["linear_columns"] == defaults.linear_columns
                    and r["forest_columns"] == defaults.forest_columns
@@ -445,8 +446,9 @@ def parse_args(argv=None):
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
     score.add_argument("--autocast", choices=AUTOCASTS, default="auto",
                        help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
-    score.add_argument("--forest-columns", action="store_true",
-                       help="NanoTabPFNClassifier(forest_columns=True): a random forest's probabilities as columns")
+    score.add_argument("--forest-columns", choices=("all", "half"), default=None,
+                       help="NanoTabPFNClassifier's forest columns (a random forest's probabilities as columns): in "
+                            "every member (all: forest_columns=True) or in half of them (forest_columns='half')")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT",
                        help="a name and a checkpoint path, or paths joined by + (their probabilities averaged)")
     curve = commands.add_parser("curve", help="table and plot of score records vs training minutes")
@@ -497,7 +499,7 @@ def main(argv=None) -> int:
                 return fail(f"--splits must be >= 1, got {args.splits}")
             from profile_utils import git_commit
             record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators, autocast=args.autocast,
-                                       forest_columns=args.forest_columns)
+                                       forest_columns={None: False, "all": True}.get(args.forest_columns, "half"))
             write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
                                          **record}, "score record")
         elif args.command == "run":

@@ -318,6 +318,20 @@ def test_forest_columns_are_out_of_bag_on_the_training_rows():
     assert NanoTabPFNClassifier(clf.model).forest_columns is False   # off by default (forest-columns' README)
 
 
+def test_forest_columns_half_averages_an_ensemble_without_them_and_one_with():
+    """forest_columns="half": the mean of the probabilities of the classifier without forest columns and of the one
+    with them, each fitted on the same rows; any other string is refused in one line."""
+    rng = np.random.default_rng(6)
+    X, y = rng.standard_normal((70, 4)), rng.integers(0, 3, 70)
+    test, model = rng.standard_normal((9, 4)), make_model(23)
+    half = NanoTabPFNClassifier(model, forest_columns="half").fit(X, y)
+    parts = [NanoTabPFNClassifier(model, forest_columns=flag).fit(X, y).predict_proba(test) for flag in (False, True)]
+    assert not np.allclose(parts[0], parts[1])   # the forest columns change the prediction
+    np.testing.assert_allclose(half.predict_proba(test), (parts[0] + parts[1]) / 2, rtol=1e-6)
+    assert half.predict(test).shape == (9,) and list(half.classes_) == [0, 1, 2] and half.n_features_in_ == 4
+    one_line_error(ValueError, NanoTabPFNClassifier(model, forest_columns="Half").fit, X, y, match="'half'")
+
+
 def test_linear_columns_match_the_logistic_regression_baseline():
     """The numpy fill and scaling give sklearn's pipeline (SimpleImputer with indicators, StandardScaler) to
     rounding: a column with no values dropped, a constant one, cells missing at fit and only at predict."""

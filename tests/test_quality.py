@@ -212,7 +212,7 @@ def test_score_forest_columns_flag_scores_the_classifier_with_them(caches, tmp_p
     a = checkpoint(tmp_path / "a.pt", 10, seed=0)
     out = str(tmp_path / "forest.json")
     assert quality.main(["score", "--out", out, "--splits", "1", "--device", "cpu", "--n-estimators", "1",
-                         "--forest-columns", f"forest={a}"]) == 0
+                         "--forest-columns", "all", f"forest={a}"]) == 0
     record = json.load(open(out))
     assert record["forest_columns"] is True
     differ = False
@@ -227,6 +227,9 @@ def test_score_forest_columns_flag_scores_the_classifier_with_them(caches, tmp_p
                                                                                                      abs=1e-6)
         differ |= auc[True] != auc[False]
     assert differ   # the flag changes the classifier
+    assert quality.main(["score", "--out", out, "--splits", "1", "--device", "cpu", "--n-estimators", "1",
+                         "--forest-columns", "half", f"forest={a}"]) == 0
+    assert json.load(open(out))["forest_columns"] == "half"
 
 
 def test_score_refuses_a_missing_or_stale_cache(caches, tmp_path, capsys):
@@ -318,12 +321,13 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     record = json.load(open(out))
     assert [(r["autocast"], r["linear_columns"], r["forest_columns"], r["members"]) for r in record["rows"]] == [
         (autocast, linear, forest, members) for autocast in ("off", "bf16")
-        for linear, forest in ((False, False), (True, False), (True, True)) for members in (1, 4)]
+        for linear, forest in ((False, False), (True, False), (True, True), (True, "half")) for members in (1, 4)]
     assert all(0 < r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] for r in record["rows"])
     assert record["table"] == {"train_rows": 60, "features": 20, "test_rows": 40} and record["device"] == "cpu"
     out = capsys.readouterr().out
     assert record["config"]["embedding_size"] == 16
-    assert "autocast bf16 | linear columns on  | forest columns on  | 4 member(s)" in out
+    assert "autocast bf16 | linear columns on  | forest columns on   | 4 member(s)" in out
+    assert "autocast off  | linear columns on  | forest columns half | 1 member(s)" in out
     default = next(r for r in record["rows"] if r["members"] == 4 and r["linear_columns"] and not r["forest_columns"]
                    and r["autocast"] == "off")   # the classifier's defaults on a CPU
     assert f"defaults, 4 members: {default['median_ms']:.1f} ms" in out and "does not apply on a CPU" in out
