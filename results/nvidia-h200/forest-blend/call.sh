@@ -3,7 +3,8 @@
 # (results/cpu-2core/inference-levers/forest-blend), on all 5 splits of all 104 tasks, for the 10-minute recipe models
 # of seeds 0 and 1 (dp-seeds' recipe10-sS.pt, scored without forest columns in stored-scores on this GPU kind), both
 # scorings at once on one GPU; then `quality.py latency` on the idle GPU (the large preset, random weights).
-# Commands (<= 600 s each, back to back; carry data/ck10, the 4 suite/baseline caches):
+# CKD=data/ck20 MIN=20 LATENCY="": the same for the 20-minute models (recipe-30min's, their inference copies).
+# Commands (<= 600 s each, back to back; carry data/ck10 or data/ck20, the 4 suite/baseline caches):
 #   bash call.sh start; bash call.sh finish
 set -u
 export PYTHONUNBUFFERED=1
