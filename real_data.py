@@ -185,6 +185,23 @@ def _leaks(x: np.ndarray, y: np.ndarray, multiclass: bool = False) -> bool:
     return len(values) <= LEAK_CHECK_LEVELS and pure
 
 
+def column_codes(numbers, cells) -> tuple:
+    """Rule 4's coding of a column: (float64 values, ordinal codes in sorted level order for a categorical one; whether
+    it is id-like: a categorical with more than MAX_LEVELS levels, or a distinct integer in every row)."""
+    if numbers is None:
+        levels = {v: i for i, v in enumerate(sorted({c for c in cells if c is not None}))}
+        return np.array([math.nan if c is None else float(levels[c]) for c in cells]), len(levels) > MAX_LEVELS
+    id_like = not np.isnan(numbers).any() and np.all(numbers == np.round(numbers)) \
+        and len(np.unique(numbers)) == len(numbers)
+    return numbers, bool(id_like)
+
+
+def too_sparse(x: np.ndarray) -> bool:
+    """Rule 4: missing in more than MAX_MISSING of the rows, or fewer than 2 distinct values."""
+    present = x[~np.isnan(x)]
+    return len(present) < (1 - MAX_MISSING) * len(x) or len(np.unique(present)) < 2
+
+
 def build_task(name: str, header, rows, multiclass: bool = False):
     """Rules 2-6 (rule 9 when multiclass) on one table: (Task without splits, "kept") or (None, reason)."""
     columns = _columns(header, rows)
@@ -197,19 +214,11 @@ def build_task(name: str, header, rows, multiclass: bool = False):
     y = labels[keep_rows].astype(np.int64)
     features, names, categorical, seen = [], [], [], set()
     for j, (column, numbers, cells) in enumerate(columns):
-        if numbers is None:
-            levels = {v: i for i, v in enumerate(sorted({c for c in cells if c is not None}))}
-            id_like = len(levels) > MAX_LEVELS
-            x = np.array([math.nan if c is None else float(levels[c]) for c in cells])   # ordinal codes
-        else:   # a distinct integer in every row
-            id_like = not np.isnan(numbers).any() and np.all(numbers == np.round(numbers)) \
-                and len(np.unique(numbers)) == len(numbers)
-            x = numbers
+        x, id_like = column_codes(numbers, cells)
         if j == target_index or id_like:
             continue
         x = x[keep_rows]
-        present = x[~np.isnan(x)]
-        if len(present) < (1 - MAX_MISSING) * len(x) or len(np.unique(present)) < 2:
+        if too_sparse(x):
             continue
         digest = hashlib.sha1(np.nan_to_num(x, nan=-1e300).tobytes()).hexdigest()
         if digest in seen or _leaks(x, y.astype(np.float64), multiclass):

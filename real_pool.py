@@ -29,23 +29,10 @@ SAME_DATA = {"MASS/Pima.tr2": "MASS/Pima.tr", "MASS/epil": "HSAUR/epilepsy", "Ec
 
 
 def _column_values(numbers, cells):
-    """A column as float64 (ordinal codes in sorted level order for a categorical one), or None: id-like, mostly
-    missing or constant (real_data's rule 4)."""
-    if numbers is None:
-        levels = sorted({c for c in cells if c is not None})
-        if len(levels) > real_data.MAX_LEVELS:
-            return None
-        code = {v: float(i) for i, v in enumerate(levels)}
-        x = np.array([np.nan if c is None else code[c] for c in cells])
-    else:
-        x = numbers
-        present = x[~np.isnan(x)]
-        if len(present) == len(x) and np.all(present == np.round(present)) and len(np.unique(present)) == len(x):
-            return None   # a distinct integer in every row: an id
-    present = x[~np.isnan(x)]
-    if len(present) < (1 - real_data.MAX_MISSING) * len(x) or len(np.unique(present)) < 2:
-        return None
-    return x
+    """A column as float64 (ordinal codes for a categorical one), or None: id-like, mostly missing or constant
+    (real_data's rule 4)."""
+    x, id_like = real_data.column_codes(numbers, cells)
+    return None if id_like or real_data.too_sparse(x) else x
 
 
 def _digests(X: np.ndarray) -> set:
