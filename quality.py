@@ -27,6 +27,7 @@ AUTOCASTS = ("auto", "off", "bf16")   # classifier.AUTOCASTS, not imported (torc
 
 SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
+FOREST_COLUMNS = {None: False, "all": True, "half": "half"}   # score --forest-columns -> classifier's forest_columns
 MARGIN_AGAINST = ("catboost", "lightgbm")   # margin's baselines unless --against names others
 FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
 TIE = 1e-12                                  # margin: |difference| below this is a tie, not a task won or lost
@@ -446,7 +447,7 @@ def parse_args(argv=None):
     score.add_argument("--n-estimators", type=int, default=4, help="NanoTabPFNClassifier's ensemble members")
     score.add_argument("--autocast", choices=AUTOCASTS, default="auto",
                        help="NanoTabPFNClassifier's autocast (auto: bf16 on a GPU)")
-    score.add_argument("--forest-columns", choices=("all", "half"), default=None,
+    score.add_argument("--forest-columns", choices=[k for k in FOREST_COLUMNS if k], default=None,
                        help="NanoTabPFNClassifier's forest columns (a random forest's probabilities as columns): in "
                             "every member (all: forest_columns=True) or in half of them (forest_columns='half')")
     score.add_argument("checkpoints", nargs="+", metavar="NAME=CKPT",
@@ -499,7 +500,7 @@ def main(argv=None) -> int:
                 return fail(f"--splits must be >= 1, got {args.splits}")
             from profile_utils import git_commit
             record = score_checkpoints(pairs, args.device, args.splits, args.n_estimators, autocast=args.autocast,
-                                       forest_columns={None: False, "all": True}.get(args.forest_columns, "half"))
+                                       forest_columns=FOREST_COLUMNS[args.forest_columns])
             write_json_atomic(args.out, {"minutes": args.minutes, "seed": args.seed, "commit": git_commit(),
                                          **record}, "score record")
         elif args.command == "run":
