@@ -19,7 +19,8 @@ MODELS = {"small": dict(model_preset="small", lr=2e-3),
 # (results/nvidia-h100/curve-matmul).
 LONG_FROM_S = 600.0
 # Under torchrun: small at lr x ranks with this warm-up; on two H100s 6 minutes matched one H100's 10 of medium
-# (0.7646 against 0.7643, two seeds each: results/nvidia-h100/dp-seeds)
+# (0.7646 against 0.7643, two seeds each: results/nvidia-h100/dp-seeds); medium there is level with small at 10 minutes
+# (0.7649 both, two H200s a seed: results/nvidia-h200/ddp-medium), so two GPUs train small at every budget
 DDP_WARMUP_STEPS = 500
 
 

@@ -1,0 +1,55 @@
+"""Every 10-minute configuration scored with the classifier of now (linear columns, no forest columns), from the
+committed score records: each one's mean ROC AUC over 104 tasks, and how far it moves each task from the recipe
+against how far another seed of the recipe moves it. Run from the repository root; writes nothing (spread.log)."""
+import json
+import pathlib
+
+import numpy as np
+
+R = pathlib.Path("results")
+RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
+    "recipe (medium, one H200)": ("nvidia-h200/recipe-30min", "recipe"),
+    "recipe again (medium, one H200)": ("nvidia-h200/fresh-tables", "recipe"),
+    "recipe (medium, one H100)": ("nvidia-h100/feature-embedding", "recipe"),
+    "tables never repeated": ("nvidia-h200/fresh-tables", "fresh"),
+    "mixed training-row law": ("nvidia-h200/train-law-mixed", "mixed"),
+    "a quarter real tables": ("nvidia-h200/real-pool", "mix"),
+    "1024-row tables": ("nvidia-h200/task-rows", "rows1024"),
+    "TabPFN v2's column embedding (H100)": ("nvidia-h100/feature-embedding", "coded"),
+    "short training sets (H100)": ("nvidia-h100/prior-shapes", "short"),
+    "mostly binary tables (H100)": ("nvidia-h100/prior-shapes", "binary"),
+    "small on two H200s": ("nvidia-h200/ddp-curve", "dp"),
+    "medium on two H200s": ("nvidia-h200/ddp-medium", "mdp"),
+}
+
+
+def per_task(directory, name, seed):
+    """{(set, task): mean ROC AUC over its splits} of one score record, and the commit that scored it."""
+    record = json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
+    scores = record["results"][name]
+    return {(part, task): float(np.mean(v)) for part in ("suite", "heldout")
+            for task, v in scores[part]["roc_auc_per_split"].items()}, record["commit"][:7]
+
+
+def main():
+    table = {label: [per_task(d, n, s) for s in (0, 1)] for label, (d, n) in RUNS.items()}
+    reference = [scores for scores, _ in table["recipe (medium, one H200)"]]
+    tasks = sorted(reference[0])
+    as_array = lambda scores: np.array([scores[t] for t in tasks])
+    print(f"{len(tasks)} tasks; |d| = mean over tasks of |ROC AUC - the recipe's (one H200) of the same seed|")
+    print(f"{'configuration':38s} {'commits':17s} {'s0':>7s} {'s1':>7s} {'mean':>7s} {'|d| s0':>7s} {'|d| s1':>7s}")
+    means = []
+    for label, pair in table.items():
+        scores = [as_array(s) for s, _ in pair]
+        moved = [np.abs(scores[i] - as_array(reference[i])).mean() for i in (0, 1)]
+        means.append(np.mean([s.mean() for s in scores]))
+        print(f"{label:38s} {','.join(sorted({c for _, c in pair})):17s} {scores[0].mean():7.4f} {scores[1].mean():7.4f} "
+              f"{means[-1]:7.4f} {moved[0]:7.4f} {moved[1]:7.4f}")
+    seed_moved = np.abs(as_array(reference[0]) - as_array(reference[1])).mean()
+    print(f"the recipe's seed 1 against its seed 0: |d| {seed_moved:.4f}")
+    print(f"two-seed means of the {len(means)} configurations: {min(means):.4f} to {max(means):.4f}, "
+          f"median {np.median(means):.4f}")
+
+
+if __name__ == "__main__":
+    main()
