@@ -150,5 +150,7 @@ def test_recipe_fills_only_defaults_and_its_dump_preset(monkeypatch):
     assert args.model_preset == "small" and args.lr == pytest.approx(2 * recipes.MODELS["small"]["lr"])
     assert f"--lr {args.lr:g}" in notices[0]
     assert args.warmup_steps == recipes.DDP_WARMUP_STEPS and "--warmup-steps 500" in notices[0]
+    args, _ = recipe(["--data", "x.h5", "--model-preset", "medium"])   # ddp-medium's runs: medium's lr x 2, warmed up
+    assert (args.model_preset, args.lr, args.warmup_steps) == ("medium", pytest.approx(2e-3), 500)
     args, notices = recipe(["--data", "x.h5", "--lr", "4e-3"])   # given, though it equals train's default
     assert args.lr == 4e-3 and "(yours kept: --lr 0.004)" in notices[0]
