@@ -197,9 +197,9 @@ def fill_block(block: int, seed: int, tables, x, y, num_features, num_datapoints
     holds one shape."""
     rng = np.random.default_rng([seed, 4, block])
     R, F = x.shape[1], x.shape[2]
-    odds = np.array([p for r, p in zip(BLOCK_ROWS, BLOCK_ROW_ODDS) if r <= R])
-    choices = [r for r in BLOCK_ROWS if r <= R] or [R]
-    rows = int(rng.choice(choices, p=odds / odds.sum())) if len(odds) else R
+    choices = [r for r in BLOCK_ROWS if r <= R]   # none: a dump shorter than them all keeps its R rows
+    odds = np.array(BLOCK_ROW_ODDS[:len(choices)])  # BLOCK_ROWS ascend, so the allowed ones come first
+    rows = int(rng.choice(choices, p=odds / odds.sum())) if choices else R
     long_enough = [X for _, X in tables if len(X) >= rows]
     if not long_enough:
         raise ValueError(f"real-table pool: no table has {rows} rows")
