@@ -28,6 +28,7 @@ AUTOCASTS = ("auto", "off", "bf16")   # classifier.AUTOCASTS, not imported (torc
 SUITES = ("suite", "heldout")
 WIDE_FEATURES = 20          # a table with at least this many features counts as wide
 FOREST_COLUMNS = {None: False, "all": True, "half": "half"}   # score --forest-columns -> classifier's forest_columns
+FOREST_LABELS = {False: "off", True: "on", "half": "half"}   # latency's printed name of each forest_columns
 MARGIN_AGAINST = ("catboost", "lightgbm")   # margin's baselines unless --against names others
 FEW_TRAIN_ROWS, MANY_TRAIN_ROWS = 100, 300   # margin's columns by training rows (the tasks train on 50-500)
 TIE = 1e-12                                  # margin: |difference| below this is a tie, not a task won or lost
@@ -363,7 +364,7 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
                      "median_ms": round(float(median), 2), "p10_ms": round(float(p10), 2),
                      "p90_ms": round(float(p90), 2)})
         print(f"autocast {autocast:4} | linear columns {'on ' if linear else 'off'} | forest columns "
-              f"{ {False: 'off', True: 'on'}.get(forest, forest):4} | {members} member(s) | median {median:.1f} ms "
+              f"{FOREST_LABELS[forest]:4} | {members} member(s) | median {median:.1f} ms "
               f"(p10 {p10:.1f}, p90 {p90:.1f})", flush=True)
     defaults = NanoTabPFNClassifier(model)
     default = next(r for r in rows if r["members"] == 4 and r["linear_columns"] == defaults.linear_columns
