@@ -1,4 +1,4 @@
-"""The synthetic SCM prior (MLP SCMs 70%, sums of random trees 30%), written as nanoTabPFN's HDF5 dump.
+"""The synthetic SCM prior (prior_scm.py: MLP SCMs 70%, sums of random trees 30%) as nanoTabPFN's HDF5 dump.
 
     python prior_dump.py --preset nano --num-datasets 20000 --out data/nano_20k.h5
     python prior_dump.py --check data/nano_20k.h5      # one line per problem, exit 1 if any
@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 import torch
 
+import prior_scm
 import safe_io
 from runtime import ArgumentParser, fail, resolve_device
 
@@ -51,6 +52,8 @@ class PriorMix(NamedTuple):
     binary_share: float = 0.0    # share of datasets with 2 classes outright; the rest draw 2..C
     train_law: str = "uniform"   # training rows per aligned block: share U(0.1, 0.9) of R, "log": log-uniform, "mixed",
                                  # "tasks": log-uniform 50-500 rows whatever R
+    dag_share: float = 0.0       # share drawn from random DAGs of mixed mechanisms (prior_scm.dag_scm), the rest as
+                                 # tree_share splits them
 
 
 class DumpGroup(NamedTuple):
@@ -63,187 +66,6 @@ class DumpGroup(NamedTuple):
     single_eval_pos: np.ndarray  # (G,) int32
 
 
-def _uniform(gen, shape, low, high, device):
-    return low + (high - low) * torch.rand(shape, generator=gen, device=device)
-
-
-def _log_uniform(gen, shape, low, high, device):
-    return torch.exp(_uniform(gen, shape, math.log(low), math.log(high), device))
-
-
-def _standardize(t, dim=1):
-    """Zero mean, unit std along `dim`; a constant column becomes 0, not NaN (two plain passes: fast on CPU)."""
-    centered = t - t.mean(dim, keepdim=True)
-    return centered * torch.rsqrt(centered.square().mean(dim, keepdim=True) + 1e-12)
-
-
-_ACTIVATIONS = (torch.tanh, torch.relu, torch.sin, torch.abs, torch.square, lambda t: (t > 0).to(t.dtype))
-
-
-def _activation(pre, which):
-    """pre (G, W, R); which: numpy (G,) index into _ACTIVATIONS; each runs only on the datasets that drew it."""
-    out = torch.empty_like(pre)
-    for index, function in enumerate(_ACTIVATIONS):
-        selected = np.flatnonzero(which == index)
-        if len(selected) == len(which):
-            return function(pre)
-        if len(selected):
-            selected = torch.from_numpy(selected).to(pre.device)
-            out.index_copy_(0, selected, function(pre.index_select(0, selected)))
-    return out
-
-
-def _sample_causes(gen, num, count, rows, device):
-    """Root causes (num, count, rows): Gaussian or uniform per dataset, zero mean, unit variance."""
-    use_uniform = torch.rand(num, 1, 1, generator=gen, device=device) < 0.5
-    normal = torch.randn(num, count, rows, generator=gen, device=device)
-    # sqrt(3) * (2 * Phi(z) - 1) is uniform on [-sqrt(3), sqrt(3)]: one draw serves both laws
-    return torch.where(use_uniform, math.sqrt(3) * torch.erf(normal / math.sqrt(2)), normal)
-
-
-def _row_groups(gen, rng, num, rows, share, device):
-    """(num, R) long, a group per row: a share of the datasets hold repeated measures of entities (R // U{2..8}
-    groups, rows drawn into them at random, each group named by a row of its own number); the other datasets' rows
-    are each their own group."""
-    grouped = torch.from_numpy(rng.random(num) < share).to(device)
-    num_groups = torch.from_numpy(rows // rng.integers(2, 9, num)).to(device)
-    drawn = (torch.rand(num, rows, generator=gen, device=device) * num_groups[:, None]).long()
-    return torch.where(grouped[:, None], drawn, torch.arange(rows, device=device))
-
-
-def _share_within_groups(gen, causes, groups):
-    """causes (num, count, R): a per-dataset U(0.3, 1) share of them hold one value per row group (an entity's age,
-    sex, baseline), taken from the row that names the group; groups (num, R) from _row_groups."""
-    num, count, rows = causes.shape
-    share = _uniform(gen, (num, 1, 1), 0.3, 1.0, causes.device)
-    static = torch.rand(num, count, 1, generator=gen, device=causes.device) < share
-    return torch.where(static, causes.gather(2, groups[:, None, :].expand(num, count, rows)), causes)
-
-
-def _entity_columns(gen, x, target, groups, num_features):
-    """Grouped datasets: half get a target fixed per group (an entity's trait, as a subject's treatment arm), half
-    (of >= 2 features) an id column, a random numbering of the groups in the last feature. x (num, R, F), target
-    (num, R); returns both."""
-    num, rows, features = x.shape
-    device = x.device
-    grouped = (groups != torch.arange(rows, device=device)).any(1)                                      # (num,)
-    per_entity = grouped & (torch.rand(num, generator=gen, device=device) < 0.5)
-    target = torch.where(per_entity[:, None], target.gather(1, groups), target)
-    with_id = grouped & (num_features >= 2) & (torch.rand(num, generator=gen, device=device) < 0.5)
-    numbering = torch.rand(num, rows, generator=gen, device=device).argsort(1).gather(1, groups).to(x.dtype)
-    last = torch.arange(features, device=device) == (num_features[:, None] - 1)                       # (num, F)
-    return torch.where(with_id[:, None, None] & last[:, None, :], numbering[:, :, None], x), target
-
-
-def _mlp_scm(gen, rng, num, rows, features, num_features, device, groups=None, noise_scale=1.0):
-    """Random sparse MLP SCMs sharing depth and width: X (num, R, F), target (num, R); nodes are (num, width, R).
-    groups (num, R) or None: root causes shared within row groups (_share_within_groups)."""
-    num_layers = int(rng.integers(2, 7))
-    width = max(features, int(round(math.exp(rng.uniform(math.log(5), math.log(130))))))   # room for F causes
-    activation = rng.integers(0, len(_ACTIVATIONS), (num, num_layers))
-    noise_std = _log_uniform(gen, (num, 1, 1), 0.01, 0.3, device) * noise_scale
-    keep_probability = _uniform(gen, (num, 1, 1), 0.2, 1.0, device)   # weight density
-    # layers output lerp(pre, activation(pre), nonlinearity): 6 full random activations are unlearnable
-    nonlinearity = torch.rand(num, 1, 1, generator=gen, device=device)
-    # mode "causes -> output": X = the (only nonzero) root causes, y a last-layer node; else nodes anywhere
-    causes_to_output = torch.rand(num, generator=gen, device=device) < 0.3
-    observed = torch.arange(width, device=device) < num_features[:, None]        # (num, width)
-    hidden = _sample_causes(gen, num, width, rows, device)                       # (num, width, R)
-    if groups is not None:
-        hidden = _share_within_groups(gen, hidden, groups)
-    hidden = hidden * (observed | ~causes_to_output[:, None])[:, :, None]
-    nodes = [hidden]
-    for layer in range(num_layers):
-        # sparse weights (num, out, in), uniform where kept; the row normalisation fixes the scale
-        u = torch.rand(num, width, width, generator=gen, device=device)
-        weight = torch.where(u < keep_probability, 2 * u - keep_probability, 0.0)
-        # every unit keeps a parent (an observed cause in layer 0 of "causes -> output"): no pure-noise node
-        u = torch.rand(num, width, 1, generator=gen, device=device)
-        first_layer_of_causes = causes_to_output[:, None, None] & (layer == 0)
-        parent = (u * torch.where(first_layer_of_causes, num_features[:, None, None], width)).long()
-        weight.scatter_(2, parent, _uniform(gen, (num, width, 1), -1.0, 1.0, device))
-        # unit-norm rows on standardised inputs: the gain alone sets how nonlinear each dataset gets
-        gain = _log_uniform(gen, (num, 1, 1), 0.3, 3.0, device)
-        weight = weight * (gain / (weight.norm(dim=2, keepdim=True) + 1e-6))
-        bias = 0.5 * torch.randn(num, width, 1, generator=gen, device=device)
-        pre = torch.baddbmm(bias, weight, hidden)                                # (num, width, R)
-        post = torch.lerp(pre, _activation(pre, activation[:, layer]), nonlinearity)
-        # standardising after the activation keeps noise_std relative to the signal at any depth
-        noise = torch.randn(num, width, rows, generator=gen, device=device)
-        hidden = torch.addcmul(_standardize(post, dim=2), noise, noise_std)
-        nodes.append(hidden)
-    nodes = torch.cat(nodes, 1)                                      # (num, (L+1) * width, R)
-    num_nodes = nodes.shape[1]
-    layer_of_node = torch.arange(num_nodes, device=device) // width
-    # y: a random non-root node (a last-layer one in the "causes -> output" mode)
-    key_y = torch.rand(num, num_nodes, generator=gen, device=device) + 2.0 * (layer_of_node == 0)
-    key_y = key_y + 2.0 * (causes_to_output[:, None] & (layer_of_node != num_layers))
-    y_node = key_y.argmin(1)                                         # (num,)
-    target = nodes.gather(1, y_node[:, None, None].expand(num, 1, rows))         # (num, 1, R)
-    # X: Gumbel top-k, logits = U(0, 30) * |corr(node, y)|: a real table's columns relate to the target
-    centered = target - target.mean(2, keepdim=True)
-    correlation = (nodes @ centered.transpose(1, 2)).squeeze(2) / (
-        nodes.norm(dim=2) * centered.norm(dim=2) + 1e-6)             # (num, nodes)
-    uniform = torch.rand(num, num_nodes, generator=gen, device=device)
-    gumbel = -torch.log(-torch.log(uniform + 1e-12) + 1e-12)
-    key_x = 30.0 * torch.rand(num, 1, generator=gen, device=device) * correlation.abs() + gumbel
-    near_copy = (correlation.abs() > 0.999) & ~causes_to_output[:, None]   # a copy of y says too much
-    key_x = torch.where(near_copy, -math.inf, key_x).scatter_(1, y_node[:, None], -math.inf)
-    key_x = torch.where(causes_to_output[:, None] & (layer_of_node != 0), -math.inf, key_x)
-    observed_cause = torch.arange(num_nodes, device=device) < num_features[:, None]
-    key_x = key_x + 1e3 * (causes_to_output[:, None] & observed_cause)   # observed causes come first
-    x_nodes = key_x.topk(features, dim=1).indices                    # (num, F)
-    x = nodes.gather(1, x_nodes[:, :, None].expand(num, features, rows)).transpose(1, 2)
-    return x, target[:, 0]
-
-
-def _tree_scm(gen, rng, num, rows, features, num_features, device, groups=None, max_depth=4, noise_scale=1.0):
-    """Sums of random decision trees (2..max_depth levels) on correlated features. Returns X (num, R, F), target
-    (num, R). groups (num, R) or None: causes shared within row groups (_share_within_groups)."""
-    depth, num_trees = int(rng.integers(2, max_depth + 1)), int(rng.integers(1, 4))
-    num_internal = 2 ** depth - 1
-    active = (torch.arange(features, device=device) < num_features[:, None]).float()   # (num, F)
-    correlation = torch.rand(num, 1, 1, generator=gen, device=device)     # 0 = independent
-    mixing = torch.eye(features, device=device) + correlation * torch.randn(
-        num, features, features, generator=gen, device=device) / math.sqrt(features)
-    causes = _sample_causes(gen, num, rows, features, device)                          # (num, R, F)
-    if groups is not None:
-        causes = _share_within_groups(gen, causes.transpose(1, 2), groups).transpose(1, 2)
-    x = (causes @ mixing) * active[:, None, :]                                          # (num, R, F)
-    oblique = torch.rand(num, 1, 1, generator=gen, device=device) < 0.4
-    target = torch.zeros(num, rows, device=device)
-    for _ in range(num_trees):
-        # split direction per internal node: one active feature (axis) or a random projection
-        split_feature = (torch.rand(num, num_internal, generator=gen, device=device)
-                         * num_features[:, None]).long()                                # (num, nodes)
-        axis = torch.nn.functional.one_hot(split_feature, features).transpose(1, 2).float()
-        projection = torch.randn(num, features, num_internal, generator=gen, device=device)
-        direction = torch.where(oblique, projection * active[:, :, None], axis)        # (num, F, nodes)
-        value = x @ direction                                                           # (num, R, nodes)
-        # threshold = the value of a random row, so every split cuts through the data
-        threshold_row = torch.randint(0, rows, (num, 1, num_internal), generator=gen, device=device)
-        go_right = (value > value.gather(1, threshold_row)).long()
-        node = torch.zeros(num, rows, dtype=torch.long, device=device)
-        for _ in range(depth):   # walk down: the children of node n are 2n+1 and 2n+2
-            node = 2 * node + 1 + go_right.gather(2, node[:, :, None]).squeeze(2)
-        leaf_value = torch.randn(num, num_internal + 1, generator=gen, device=device)
-        target = target + leaf_value.gather(1, node - num_internal)
-    noise_std = _log_uniform(gen, (num, 1), 0.02, 0.5, device) * noise_scale
-    return x, _standardize(target) + noise_std * torch.randn(num, rows, generator=gen, device=device)
-
-
-def _proxy_column(gen, x, target, num_features, share):
-    """In a share of datasets one active column becomes the target plus noise (std log-uniform 0.1-1: correlation
-    0.71-0.995), as real tables often hold a column that nearly decides the label (results/cpu-2core/prior-fit).
-    x (num, R, F), target (num, R); returns x."""
-    num, rows, features = x.shape
-    device = x.device
-    chosen = torch.rand(num, generator=gen, device=device) < share                                      # (num,)
-    column = (torch.rand(num, generator=gen, device=device) * num_features).long()                     # (num,)
-    noise_std = _log_uniform(gen, (num, 1), 0.1, 1.0, device)
-    proxy = _standardize(target) + noise_std * torch.randn(num, rows, generator=gen, device=device)    # (num, R)
-    replaced = chosen[:, None] & (torch.arange(features, device=device) == column[:, None])            # (num, F)
-    return torch.where(replaced[:, None, :], proxy[:, :, None], x)
 
 
 def _cut_into_classes(gen, target, num_classes, classes, min_count):
@@ -254,7 +76,7 @@ def _cut_into_classes(gen, target, num_classes, classes, min_count):
     # class boundaries in rank space: random quantiles, or random values of the standardised target
     by_rank = (0.1 + 0.8 * torch.rand(num, classes - 1, generator=gen, device=device)) * rows
     thresholds = 0.7 * torch.randn(num, 1, classes - 1, generator=gen, device=device)
-    by_value = (_standardize(target)[:, :, None] < thresholds).sum(1).float()
+    by_value = (prior_scm.standardize(target)[:, :, None] < thresholds).sum(1).float()
     use_rank = torch.rand(num, 1, generator=gen, device=device) < 0.5
     boundary = torch.where(use_rank, by_rank, by_value).sort(1).values.long()     # (num, C-1)
     # unused boundaries sit at R (no rank reaches); used ones are clamped to keep >= min_count rows a class
@@ -303,15 +125,15 @@ def _postprocess_features(gen, x, num_features):
     """Random skew / quantisation per feature, then standardise, clip, zero-pad. x (num, R, F)."""
     num, _, features = x.shape
     device = x.device
-    x = _standardize(x)
-    skew = _uniform(gen, (num, 1, features), 0.3, 1.0, device)
+    x = prior_scm.standardize(x)
+    skew = prior_scm.uniform(gen, (num, 1, features), 0.3, 1.0, device)
     skewed = torch.rand(num, 1, features, generator=gen, device=device) < 0.15    # log-normal-like
     x = torch.where(skewed, torch.exp(skew * x), x)
-    levels = _uniform(gen, (num, 1, features), 0.5, 3.0, device)
+    levels = prior_scm.uniform(gen, (num, 1, features), 0.5, 3.0, device)
     ordinal = torch.rand(num, 1, features, generator=gen, device=device) < 0.15   # few integer levels
     x = torch.where(ordinal, torch.floor(x * levels), x)
     active = torch.arange(features, device=device) < num_features[:, None, None]
-    return torch.where(active, _standardize(x).clamp(-FEATURE_CLIP, FEATURE_CLIP), 0.0)
+    return torch.where(active, prior_scm.standardize(x).clamp(-FEATURE_CLIP, FEATURE_CLIP), 0.0)
 
 
 def _draw_num_features(rng, num, features, feature_law, block):
@@ -343,20 +165,24 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
         num_classes = np.where(rng.random(num) < mix.binary_share, 2, num_classes)
     num_classes = torch.from_numpy(num_classes).to(device)
     is_tree = rng.random(num) < mix.tree_share
-    groups = _row_groups(gen, rng, num, rows, mix.grouped_rows, device) if mix.grouped_rows > 0 else None   # 0: no draw
+    is_dag = rng.random(num) < mix.dag_share if mix.dag_share > 0 else np.zeros(num, bool)   # no draw at 0
+    groups = (prior_scm.row_groups(gen, rng, num, rows, mix.grouped_rows, device)
+              if mix.grouped_rows > 0 else None)   # 0: no draw
     x = torch.empty(num, rows, features, device=device)
     target = torch.empty(num, rows, device=device)
-    tree_scm = functools.partial(_tree_scm, max_depth=mix.tree_depth, noise_scale=mix.noise_scale)
-    mlp_scm = functools.partial(_mlp_scm, noise_scale=mix.noise_scale)
-    for scm, subset in ((mlp_scm, np.flatnonzero(~is_tree)), (tree_scm, np.flatnonzero(is_tree))):
+    tree_scm = functools.partial(prior_scm.tree_scm, max_depth=mix.tree_depth, noise_scale=mix.noise_scale)
+    mlp_scm = functools.partial(prior_scm.mlp_scm, noise_scale=mix.noise_scale)
+    dag_scm = functools.partial(prior_scm.dag_scm, noise_scale=mix.noise_scale)
+    for scm, subset in ((mlp_scm, np.flatnonzero(~is_tree & ~is_dag)), (tree_scm, np.flatnonzero(is_tree & ~is_dag)),
+                        (dag_scm, np.flatnonzero(is_dag))):
         if len(subset):
             subset = torch.from_numpy(subset).to(device)
             x[subset], target[subset] = scm(gen, rng, len(subset), rows, features, num_features[subset], device,
                                             None if groups is None else groups[subset])
     if groups is not None:
-        x, target = _entity_columns(gen, x, target, groups, num_features)
+        x, target = prior_scm.entity_columns(gen, x, target, groups, num_features)
     if mix.proxy_share > 0:   # no draw at 0: the prior as it was
-        x = _proxy_column(gen, x, target, num_features, mix.proxy_share)
+        x = prior_scm.proxy_column(gen, x, target, num_features, mix.proxy_share)
     labels = _cut_into_classes(gen, target, num_classes, classes, max(2, int(0.1 * rows / classes)))
     labels, order = _cover_classes_on_both_sides(labels, splits, num_classes, classes)
     x = _postprocess_features(gen, x.gather(1, order[:, :, None].expand(num, rows, features)), num_features)
@@ -366,7 +192,8 @@ def _generate_chunk(seed, chunk_index, num, rows, features, classes, splits, dev
 def _check_sizes(num_datasets, rows, features, classes, seed, original_batch_size, group_size, mix=PriorMix()):
     """Raises ValueError with a one-line message for sizes the prior cannot honour (group_size None: default)."""
     for name, share in (("grouped_rows", mix.grouped_rows), ("tree_share", mix.tree_share),
-                        ("proxy_share", mix.proxy_share), ("binary_share", mix.binary_share)):
+                        ("proxy_share", mix.proxy_share), ("binary_share", mix.binary_share),
+                        ("dag_share", mix.dag_share)):
         if not 0.0 <= share <= 1.0:   # also rejects NaN
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     if not isinstance(mix.tree_depth, (int, np.integer)) or not 2 <= mix.tree_depth <= 10:
@@ -535,7 +362,8 @@ def file_settings(path) -> dict:
         raise ValueError(f"written by prior version {attrs['prior_version']}, this code generates version "
                          f"{FORMAT_VERSION}")
     if attrs.get("real_share", 0) > 0:
-        raise ValueError(f"holds real tables (share {attrs['real_share']}, real_pool.py), which are not generated again")
+        raise ValueError(f"holds real tables (share {attrs['real_share']}, real_pool.py), which are not generated "
+                         "again")
     mix = PriorMix(**{key: type(value)(attrs.get(key, value)) for key, value in PriorMix()._asdict().items()})
     return dict(num_datasets=shape[0], rows=shape[1], features=shape[2], classes=classes, seed=int(attrs["seed"]),
                 original_batch_size=batch, made_on=str(attrs.get("device_type", "cpu")),
@@ -738,6 +566,9 @@ def main(argv=None):
                              "doubling of the rows as likely, as in real tables), mixed (either, even odds per block), "
                              "or tasks: log-uniform on 50-500 rows whatever R, as the real-data tasks train "
                              f"(default {PriorMix().train_law})")
+    parser.add_argument("--dag-share", type=float, default=PriorMix().dag_share, metavar="SHARE",
+                        help="share of datasets drawn from random DAGs whose nodes mix smooth, tree and categorical "
+                             f"mechanisms, the rest as --tree-share splits them (default {PriorMix().dag_share})")
     parser.add_argument("--real-share", type=float, default=0.0, metavar="SHARE",
                         help="share of the aligned blocks holding real tables of --real-pool in place of the "
                              "prior's (real_pool.py; default 0: none)")
@@ -763,7 +594,7 @@ def main(argv=None):
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
                            mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth, args.noise_scale,
-                                        args.proxy_share, args.binary_share, args.train_law),
+                                        args.proxy_share, args.binary_share, args.train_law, args.dag_share),
                            real=_real_flags(args.real_pool, args.real_share), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)

@@ -501,3 +501,34 @@ def test_train_law_tasks_draws_the_real_tasks_training_rows_whatever_the_rows(tm
     assert np.array_equal(data["single_eval_pos"], regenerated.splits[:40])
     x, y = regenerated.datasets(0, 40)
     assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
+
+
+def test_dag_share_draws_random_dags_with_categorical_nodes(tmp_path):
+    """--dag-share: 0 is the prior as it was (bitwise); 1 draws every table from random DAGs of mixed mechanisms: valid,
+    learnable tables with more few-level integer columns (categorical nodes) than the MLP/tree prior; a file records
+    the share and regenerates exactly; out of range is refused."""
+    args = dict(num_datasets=128, rows=120, features=8, classes=4, seed=6, original_batch_size=8)
+    Mix = prior_dump.PriorMix
+    default, zero, dags = (_concat(prior_dump.generate(mix=mix, **args)) for mix in (Mix(), Mix(dag_share=0.0),
+                                                                                      Mix(dag_share=1.0)))
+    assert all(np.array_equal(default[key], zero[key]) for key in default)
+    assert not np.array_equal(default["X"], dags["X"]) and np.isfinite(dags["X"]).all()
+    for labels, split in zip(dags["y"], dags["single_eval_pos"]):
+        assert set(labels[:split]) == set(labels[split:]) and len(set(labels)) >= 2
+
+    def integer_share(data):   # active columns with at most 10 distinct values: category codes (or quantised)
+        return np.mean([len(np.unique(x[:, k])) <= 10 for x, f in zip(data["X"], data["num_features"])
+                        for k in range(f)])
+    assert integer_share(dags) > integer_share(default) + 0.05, (integer_share(dags), integer_share(default))
+    scores = _forest_aucs(_concat(prior_dump.generate(40, 150, 5, 2, seed=11, mix=Mix(dag_share=1.0))))
+    assert 0.6 < scores.mean() < 0.97 and scores.std() > 0.05, scores.round(2)
+    path = tmp_path / "dag.h5"
+    prior_dump.main(["--dag-share", "0.5", "--num-datasets", "24", "--rows", "60", "--features", "4", "--classes", "3",
+                     "--original-batch-size", "8", "--out", str(path), "--no-progress"])
+    settings, data = prior_dump.file_settings(path), _read(path)
+    assert settings["mix"].dag_share == 0.5
+    x, y = prior_dump.Regenerator(settings, "cpu").datasets(0, 24)
+    assert np.array_equal(x.numpy(), data["X"]) and np.array_equal(y.numpy(), data["y"])
+    for share in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="dag_share"):
+            list(prior_dump.generate(mix=Mix(dag_share=share), **args))
