@@ -338,8 +338,10 @@ def _limit_address_space(limit):
 def test_a_real_memory_limit_on_the_baseline_attention_is_one_line(tmp_path):
     path = write_tiny_dump(tmp_path / "long.h5", num_datasets=8, rows=3000, features=3, seed=1, ragged=False)
     # 2.6 GB of address space: torch loads, the (rows x rows) attention scores of --attention mha do not fit
-    # (on the 2-core CI machine, train_optimized.py --flash trains under the same limit).
-    p = script(["train.py", "--data", path, "--steps", "2", *QUIET], preexec_fn=_limit_address_space(2_600_000_000))
+    # (on the 2-core CI machine, train_optimized.py --flash trains under the same limit). --device cpu: the limit is
+    # on host memory, and on a CUDA machine the auto device would train on the GPU.
+    p = script(["train.py", "--data", path, "--steps", "2", "--device", "cpu", *QUIET],
+               preexec_fn=_limit_address_space(2_600_000_000))
     err = one_line_error(p, code=1)
     assert re.search(r"out of memory \(an allocation of [\d.]+ [MG]iB failed\); --flash", err), err
     assert "stopped at step 0, no checkpoint written (no --ckpt given)" in err
