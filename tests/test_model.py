@@ -438,24 +438,29 @@ def test_no_leak_from_test_labels_or_other_test_rows(path):
         assert (model.forward_padded(x3, yp, t(8), t(20), t(3))[:, 8:20] - base[:, 8:20]).abs().max() > 1e-3
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_paths_fp32_and_bf16():
-    device = torch.device("cuda")
+@pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_paths_fp32_and_bf16_match_mha(device):
+    """Every fast path against the mha reference with its weights, fp32 and bf16, sliced and padded. The CPU run keeps
+    it checked where CI runs: the CUDA run alone broke unseen when PATHS gained paths with weights of their own."""
+    device = torch.device(device)
     x, y = make_inputs(3, 301, 5, 120)
     x, y = x.to(device), y.to(device)
     xp, yp = pad(x.cpu(), y.cpu(), 320, 8, seed=0, garbage=True)
     xp, yp = xp.to(device), yp.to(device)
-    ref = make_model(9, attention="mha").to(device)
     t = lambda v: torch.tensor(v, device=device)
     with torch.no_grad():
-        base = ref((x, y[:, :120]), 120)
-        for path in PATHS[1:4] + PATHS[5:]:   # flash with sdpa, matmul, broadcast; the last layer's target only
+        # sdpa, matmul, broadcast; the last layer's target only; column codes; periodic encoding
+        for path in PATHS[1:4] + PATHS[5:]:
+            own_weights = {k: v for k, v in path.items() if k in ("feature_embedding", "feature_encoding")}
+            ref = make_model(9, attention="mha", **own_weights).to(device)
+            base = ref((x, y[:, :120]), 120)
             model = make_model(9, **path).to(device)
             model.load_state_dict(ref.state_dict())
             torch.testing.assert_close(model((x, y[:, :120]), 120), base, rtol=1e-3, atol=1e-3)
             out = model.forward_padded(xp, yp, t(120), t(301), t(5))
             torch.testing.assert_close(out[:, 120:301], base, rtol=1e-3, atol=1e-3)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
                 low = model.forward_padded(xp, yp, t(120), t(301), t(5))
             assert torch.isfinite(low).all()
             torch.testing.assert_close(low[:, 120:301].float(), base, rtol=0.1, atol=0.1)
