@@ -20,6 +20,8 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
     "mostly binary tables (H100)": ("nvidia-h100/prior-shapes", "binary"),
     "small on two H200s": ("nvidia-h200/ddp-curve", "dp"),
     "medium on two H200s": ("nvidia-h200/ddp-medium", "mdp"),
+    "random DAGs, half the tables": ("nvidia-h200/dag-prior", "dag5"),
+    "random DAGs, all the tables": ("nvidia-h200/dag-prior", "dag10"),
 }
 
 
