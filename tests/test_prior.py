@@ -169,7 +169,7 @@ def _main(argv, capsys):
     ["--seed", "-1"], ["--rows", "5", "--classes", "3"], ["--rows", "abc"], ["--preset", "huge"],
     ["--out", "{tmp}/a_file/x.h5"], ["--out", "{tmp}"], ["--check", "{tmp}/missing.h5"],
     ["--grouped-rows", "1.5"], ["--grouped-rows", "nan"], ["--tree-share", "2"], ["--tree-depth", "1"],
-    ["--noise-scale", "-1"], ["--binary-share", "2"], ["--train-law", "sqrt"],
+    ["--noise-scale", "-1"], ["--binary-share", "2"], ["--train-law", "sqrt"], ["--dag-share", "-0.5"],
 ])
 def test_cli_bad_input_one_line_exit_2(argv, tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
