@@ -410,7 +410,7 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--last-layer-target-only"], "add --flash"),
     (["--attention", "flash"], "--amp bf16"),
     (["--attention", "flash", "--amp", "bf16", "--cuda-graphs"], "key mask"),
-    (["--attention", "cudnn"], "CUDA kernel"),
+    (["--attention", "cudnn", "--device", "cpu"], "CUDA kernel"),   # a CPU run: on CUDA it is allowed
     (["--lr", "nan"], "--lr"), (["--lr", "inf"], "--lr"), (["--lr", "-1e-3"], "--lr"), (["--lr", "0"], "--lr"),
     (["--steps", "0"], "--steps"), (["--time-budget", "-5"], "--time-budget"), (["--save-every", "-1"], "--save-every"),
     (["--require-gds"], "--loader bin"), (["--compile-tuning"], "add --compile"),
@@ -707,7 +707,7 @@ def test_model_presets_and_size_flags(dump, tmp_path):
     code, _ = run_main("train_optimized", ["--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval",
                                            "--model-preset", "small", "--num-layers", "1", "--ckpt", str(ck),
                                            "--feature-embedding", "--feature-encoding", "periodic"])
-    state = torch.load(str(ck), weights_only=True)
+    state = torch.load(str(ck), weights_only=True, map_location="cpu")   # as the classifier does
     config = state["model_config"]
     assert code == 0 and config["embedding_size"] == 128 and config["num_layers"] == 1 and config["feature_embedding"]
     loaded = NanoTabPFNClassifier.from_checkpoint(str(ck)).model
@@ -763,7 +763,7 @@ def test_training_on_the_fly_equals_the_dump_and_resumes_across(tmp_path):
     import prior_dump
     path = str(tmp_path / "nano.h5")
     prior_dump.write_dump(path, 200, 150, 5, 2, seed=0, device="cpu", progress=False)
-    common = ["--fast", "--batch-size", "4", "--seed", "2", *FAST]
+    common = ["--fast", "--batch-size", "4", "--seed", "2", "--device", "cpu", *FAST]   # the dump is the CPU's
     _, full = run_main("train_optimized", [*common, "--data", path, "--steps", "8", "--record", str(tmp_path / "a.json")])
     ckpt = str(tmp_path / "c.pt")
     assert run_main("train_optimized", [*common, "--data", path, "--steps", "4", "--ckpt", ckpt])[0] == 0
