@@ -548,7 +548,8 @@ def _free_memory_bytes(device: torch.device) -> int:
 
 
 def open_data(path, device="cpu", scan_values: bool = True) -> DumpInfo:
-    """A dump file (open_dump), or `prior:PRESET[:N]`: the preset's datasets made on the fly on `device`."""
+    """A dump file (open_dump), or `prior:PRESET[:N][:OPTION=VALUE,...]`: a preset's datasets made on the fly on
+    `device`."""
     if str(path).startswith(prior_dump.SPEC_PREFIX):
         try:
             return prior_dump.spec_info(str(path), device)

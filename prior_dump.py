@@ -325,27 +325,49 @@ def _mix_real(group, tables, seed, share, block, classes):
                              group.num_datapoints[part], group.single_eval_pos[part], classes)
 
 
-SPEC_PREFIX = "prior:"   # --data prior:PRESET[:N]: the preset's N datasets (seed 0) made on the fly, no file
+SPEC_PREFIX = "prior:"   # --data prior:PRESET[:N][:OPTION=VALUE,...]: a preset's N datasets (seed 0) made on the fly
+
+
+def _spec_mix(spec: str, options: str) -> PriorMix:
+    """The PriorMix of a spec's `KEY=VALUE,...` part (PriorMix's fields, as prior_dump.py's flags set them)."""
+    fields, chosen = PriorMix()._asdict(), {}
+    for option in filter(None, options.split(",")):
+        key, _, value = option.partition("=")
+        if key not in fields or not value:
+            raise ValueError(f"--data {spec}: expected OPTION=VALUE with OPTION one of {', '.join(fields)}, got "
+                             f"{option!r}")
+        try:
+            chosen[key] = type(fields[key])(value)
+        except ValueError:
+            kind = "an integer" if isinstance(fields[key], int) else "a number"
+            raise ValueError(f"--data {spec}: {key} must be {kind}, got {value!r}") from None
+    return PriorMix(**chosen)
 
 
 def spec_info(spec: str, device):
-    """The DumpInfo of `prior:PRESET[:N]`: the dump `prior_dump.py --preset PRESET --num-datasets N` would write on
-    `device`'s type, with its metadata drawn here (the host draws of each chunk) and its datasets generated when read
-    (`generated`: its Regenerator). ValueError (one line) for a bad spec."""
+    """The DumpInfo of `prior:PRESET[:N][:KEY=VALUE,...]`: the dump `prior_dump.py --preset PRESET --num-datasets N
+    [--key value ...]` would write on `device`'s type, with its metadata drawn here (the host draws of each chunk) and
+    its datasets generated when read (`generated`: its Regenerator). ValueError (one line) for a bad spec."""
     from dump_format import DumpInfo   # lazily: only a dump made on the fly needs it
-    preset, _, count = spec[len(SPEC_PREFIX):].partition(":")
+    preset, _, rest = spec[len(SPEC_PREFIX):].partition(":")
+    count, _, options = rest.partition(":")
     if preset not in PRESETS or not (count == "" or count.isdigit() and int(count) > 0):
-        raise ValueError(f"--data {spec}: expected prior:PRESET[:N] with PRESET in {', '.join(sorted(PRESETS))} and "
-                         "N a positive number of datasets")
+        raise ValueError(f"--data {spec}: expected prior:PRESET[:N][:OPTION=VALUE,...] with PRESET in "
+                         f"{', '.join(sorted(PRESETS))} and N a positive number of datasets")
     p, device, block = PRESETS[preset], resolve_device(device), 32   # block: write_dump's original_batch_size
     settings = dict(num_datasets=int(count or p["num_datasets"]), rows=p["rows"], features=p["features"],
                     classes=p["classes"], seed=0, original_batch_size=block, made_on=device.type,
-                    feature_law=p.get("feature_law", "uniform"), mix=PriorMix())
+                    feature_law=p.get("feature_law", "uniform"), mix=_spec_mix(spec, options))
+    try:
+        _check_sizes(settings["num_datasets"], p["rows"], p["features"], p["classes"], 0, block, None, settings["mix"])
+    except ValueError as exc:
+        raise ValueError(f"--data {spec}: {exc}") from None
     regenerator, per_chunk, n = Regenerator(settings, device), chunk_size(p["rows"]), settings["num_datasets"]
     num_features = np.concatenate([   # the first host draw of every chunk, as _generate_chunk makes it
         _draw_num_features(np.random.default_rng(_chunk_seeds(settings["seed"], chunk)), per_chunk, p["features"],
                            settings["feature_law"], block) for chunk in range(-(-n // per_chunk))])[:n]
-    return DumpInfo(f"{SPEC_PREFIX}{preset}:{n}", n, p["rows"], p["features"], num_features.astype(np.int64),
+    name = f"{SPEC_PREFIX}{preset}:{n}" + (f":{options}" if options else "")
+    return DumpInfo(name, n, p["rows"], p["features"], num_features.astype(np.int64),
                     np.full(n, p["rows"], np.int64), regenerator.splits[:n].astype(np.int64), p["classes"], block,
                     "single_eval_pos", 0, 0, generated=regenerator)
 

@@ -532,3 +532,24 @@ def test_a_dump_made_on_the_fly_is_its_file(tmp_path):
     for spec in ("prior:nanoo", "prior:nano:0", "prior:nano:1e5"):
         with pytest.raises(dump_format.DumpError, match=r"expected prior:PRESET\[:N\]"):
             loaders.open_data(spec)
+
+
+def test_a_dump_made_on_the_fly_takes_the_prior_options_of_its_file(tmp_path):
+    """prior:PRESET:N:KEY=VALUE,... is the file prior_dump.py writes with those options (PriorMix's fields); a bad
+    option is one line naming it."""
+    import prior_dump
+    path = str(tmp_path / "trees.h5")
+    prior_dump.write_dump(path, 300, 150, 5, 2, seed=0, device="cpu", progress=False,
+                          mix=prior_dump.PriorMix(tree_share=1.0, train_law="log", dag_share=0.25))
+    spec = "prior:nano:300:tree_share=1.0,train_law=log,dag_share=0.25"
+    info, file = loaders.open_data(spec), dump_format.open_dump(path)
+    assert info.path == spec and np.array_equal(info.splits, file.splits)
+    assert dump_format.dump_content_digest(info) == dump_format.dump_content_digest(file)
+    assert dump_format.dump_content_digest(info) != dump_format.dump_content_digest(loaders.open_data("prior:nano:300"))
+    with make(info, 9, "cpu", start=4, kind="prior") as loader, make(path, 9, "cpu", start=4) as base:
+        _assert_same(_take(loader, 40), _take(base, 40))
+    for option, message in (("foo=1", "OPTION one of grouped_rows"), ("tree_share", "OPTION one of"),
+                            ("tree_depth=3.5", "tree_depth must be an integer"), ("dag_share=2", r"dag_share must be in"),
+                            ("binary_share=0.5", "no effect with classes 2")):
+        with pytest.raises(dump_format.DumpError, match=rf"^--data prior:nano:300:{option}: .*{message}"):
+            loaders.open_data(f"prior:nano:300:{option}")
