@@ -3,7 +3,7 @@ minutes: dp-seeds' H100 runs; 20 minutes: recipe-30min's H200 runs; seeds 0, 1) 
 first 2 splits of all 104 tasks as a bare model: NanoTabPFNClassifier(linear_columns=False, id_encoding=False), its
 4 ensemble members kept. The pipeline's scores on the same splits come from the committed score records.
 
-    python results/cpu-2core/raw-curve/raw.py score          # ~36 min: writes raw-scores.json here
+    python results/cpu-2core/raw-curve/raw.py score          # ~30 min: writes raw-scores.json here
     python results/cpu-2core/raw-curve/raw.py score linear   # the same with the linear columns on: linear-scores.json
     python results/cpu-2core/raw-curve/raw.py compare        # reads them and the committed records (raw.log)
 Run from the repository root; the checkpoints are not committed (data/ck10, data/ck20 name their runs' models)."""
