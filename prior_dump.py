@@ -615,8 +615,7 @@ def main(argv=None):
     try:   # write_dump checks the sizes, the device and the output before it writes anything
         stats = write_dump(out, seed=args.seed, device=args.device, progress=not args.no_progress,
                            original_batch_size=args.original_batch_size, group_size=args.group_size,
-                           mix=PriorMix(args.grouped_rows, args.tree_share, args.tree_depth, args.noise_scale,
-                                        args.proxy_share, args.binary_share, args.train_law, args.dag_share),
+                           mix=PriorMix(**{field: getattr(args, field) for field in PriorMix._fields}),
                            real=_real_flags(args.real_pool, args.real_share), **shape)
     except (ValueError, OSError) as exc:
         return fail(exc)
