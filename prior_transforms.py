@@ -1,10 +1,11 @@
 """The prior's batch transforms, run on each batch in the training loop's data phase (on the GPU, seeded by
 (seed, step, rank) alone, so a resumed run redraws the same values): real tables' skew, levels, category codes and
-missing cells."""
+missing cells, and the classifier's linear columns."""
 import functools
 import math
 
 import torch
+import torch.nn.functional as F
 
 
 def _batch_generator(device, seed: int, step: int, rank: int, stream: int) -> torch.Generator:
@@ -99,14 +100,60 @@ def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 
     return batch._replace(x=torch.where(chosen, level.to(x.dtype), x))
 
 
+LINEAR_FOLDS = 5       # as the classifier's linear columns (classifier.LINEAR_FOLDS)
+LINEAR_PENALTY = 1.0   # the ridge's L2 penalty on standardised columns (the intercept is not penalised)
+
+
+def linear_column_count(num_classes: int) -> int:
+    """The classifier's linear columns for a model of num_classes outputs: class 1's score for two, else one each."""
+    return 1 if num_classes == 2 else num_classes
+
+
+def _ridge_weights(z, targets, rows):
+    """Ridge fits of targets (B, S, K) on z (B, S, P), one per row set: rows (N, S) of 0/1 -> (N, B, P, K)."""
+    gram = torch.einsum("ns,bsp,bsq->nbpq", rows, z, z)                                       # (N, B, P, P)
+    penalty = torch.full((z.shape[2],), LINEAR_PENALTY, device=z.device)
+    penalty[0] = 0.0                                                                          # the intercept's
+    factor, _ = torch.linalg.cholesky_ex(gram + torch.diag(penalty))   # _ex: no error check, so no sync
+    return torch.cholesky_solve(torch.einsum("ns,bsp,bsk->nbpk", rows, z, targets), factor)
+
+
+def make_linear_columns(batch, share: float, seed: int, step: int, rank: int = 0, num_classes: int = 2):
+    """The classifier's linear columns, drawn as part of the prior: with probability share a table gains a ridge
+    classifier's scores (class 1's, +-1 targets, for two classes; one-hot, one column a class, for more) fitted on
+    the standardised train rows, out of LINEAR_FOLDS folds on them and from the fit on all of them for the test
+    rows; the other tables and a binary table's spare columns get zeros. A new x (B, R, F + linear_column_count)."""
+    x, y, split = batch.x, batch.y, batch.split
+    num_tables, rows, _ = x.shape
+    count = linear_column_count(num_classes)
+    train = x[:, :split]
+    z = (x - train.mean(1, keepdim=True)) / train.std(1, keepdim=True, unbiased=False).clamp(min=1e-6)
+    z = torch.cat([torch.ones_like(x[..., :1]), z.clamp(-10, 10)], 2).float()                # (B, R, 1 + F)
+    labels = y.long()                                                                         # (B, R)
+    binary = (labels[:, :split].amax(1) <= 1)[:, None, None]                                  # (B, 1, 1)
+    one_hot = F.one_hot(labels.clamp(0, num_classes - 1), num_classes).float()               # (B, R, K)
+    sign = F.pad((2.0 * labels - 1.0)[..., None], (0, count - 1))                            # (B, R, count)
+    targets = torch.where(binary, sign, one_hot[..., :count] if count > 1 else sign)[:, :split]
+    fold = torch.arange(split, device=x.device) % LINEAR_FOLDS                               # rows come in random order
+    fits = (fold[None, :] != torch.arange(LINEAR_FOLDS, device=x.device)[:, None]).float()   # (folds, S)
+    weights = _ridge_weights(z[:, :split], targets, torch.cat([fits, torch.ones_like(fits[:1])]))  # (folds+1, B, P, c)
+    held = torch.einsum("bsp,sbpk->bsk", z[:, :split], weights[fold])                        # (B, S, count)
+    values = torch.cat([held, torch.einsum("brp,bpk->brk", z[:, split:], weights[-1])], 1)   # (B, R, count)
+    chosen = _uniform_draws(x, seed, step, rank, 4)(num_tables, 1, 1) < share
+    return batch._replace(x=torch.cat([x, torch.where(chosen, values, 0.0).to(x.dtype)], 2))
+
+
 # The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
 PRIOR_TRANSFORMS = (("skewed_columns", make_skewed_columns), ("ordinal_columns", make_ordinal_columns),
-                    ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+                    ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells),
+                    ("linear_columns", make_linear_columns))
 
 
-def apply_prior_transforms(batch, shares: dict, seed: int, step: int, rank: int = 0):
-    """The transforms whose share ({TrainConfig field: share}) is set, in PRIOR_TRANSFORMS' order."""
+def apply_prior_transforms(batch, shares: dict, seed: int, step: int, rank: int = 0, num_classes: int = 2):
+    """The transforms whose share ({TrainConfig field: share}) is set, in PRIOR_TRANSFORMS' order; num_classes: the
+    model's outputs, which set the linear columns' count."""
     for name, transform in PRIOR_TRANSFORMS:
         if shares.get(name):
-            batch = transform(batch, shares[name], seed, step, rank)
+            extra = {"num_classes": num_classes} if transform is make_linear_columns else {}
+            batch = transform(batch, shares[name], seed, step, rank, **extra)
     return batch

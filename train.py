@@ -24,7 +24,7 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader, open_data
 from loss_health import LossLog, NonFiniteLoss, learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
-from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms
+from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms, linear_column_count
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
                      rank_and_world, set_seed)
@@ -47,6 +47,7 @@ def eval_interval(text: str):
 positive_float = checked_type(float, "a finite number > 0", lambda v: 0 < v < math.inf)   # NaN fails both tests
 nonnegative_float = checked_type(float, "a finite number >= 0", lambda v: 0 <= v < math.inf)
 share_flag = checked_type(float, "a share in [0, 1)", lambda v: 0 <= v < 1)
+fraction_flag = checked_type(float, "a share in [0, 1]", lambda v: 0 <= v <= 1)
 positive_int = checked_type(int, "an integer >= 1", lambda v: v >= 1)
 nonnegative_int = checked_type(int, "an integer >= 0", lambda v: v >= 0)
 seed_flag = checked_type(int, "an integer in 0..2**32-1 (numpy's seed range)", lambda v: 0 <= v < 2**32)
@@ -81,6 +82,9 @@ class TrainConfig:
     skewed_columns: float = _flag(0.0, "this share of the prior's columns made right-skewed (0: off)", type=share_flag)
     ordinal_columns: float = _flag(0.0, "this share of the prior's columns become equal-width levels numbered in "
                                         "value order, as counts and scores are (0: off)", type=share_flag)
+    linear_columns: float = _flag(0.0, "this share of the prior's tables gain a ridge classifier's out-of-fold scores "
+                                       "as columns, as the classifier adds logistic regression's (0: off)",
+                                  type=fraction_flag)
     time_budget: float = _flag(0.0, "seconds of training instead of --steps (compiling, evals, saves not counted)",
                                type=nonnegative_float)
     eval_every: str = _flag("0", "evaluate every N steps or Ns seconds of training, clock paused (0: only at the "
@@ -402,6 +406,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                rank, world_size)
     fingerprints, batches = [], iter(loader)
     transform_shares = {name: getattr(config, name) for name, _ in PRIOR_TRANSFORMS}
+    num_classes = unwrap(model).config.num_outputs   # the linear columns' count
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:
@@ -410,7 +415,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    batch = apply_prior_transforms(batch, transform_shares, config.seed, step, rank)
+                    batch = apply_prior_transforms(batch, transform_shares, config.seed, step, rank, num_classes)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
@@ -620,8 +625,9 @@ def _execute(session: Session) -> int:
             return fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
         scalars = SummaryWriter(c.tensorboard)
     try:
+        linear = linear_column_count(session.model.config.num_outputs) if c.linear_columns else 0   # appended columns
         result = train(model, session.loader, c, shape=(int(session.info.num_datapoints.max()),
-                                                        int(session.info.num_features.max())),
+                                                        int(session.info.num_features.max()) + linear),
                        eval_fn=eval_fn, checkpoint_meta=session.checkpoint_meta,
                        resume_state=session.resume_state, scalars=scalars)
     except NonFiniteLoss as e:

@@ -94,3 +94,32 @@ def test_skewed_columns_keep_the_order_and_skew_right(device):
         assert torch.all(column[1:] > column[:-1]) and 0 < column[0] and column[-1] < 1
         skews.append(skew(out[b, :, f].numpy()))
     assert min(skews) > -0.1 and sorted(skews)[len(skews) // 2] > 0.5               # a in 1..16: right-skewed
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_columns_are_out_of_fold_ridge_scores(device):
+    from loaders import Batch
+    from prior_transforms import LINEAR_FOLDS, LINEAR_PENALTY, make_linear_columns
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 40, 3, generator=g, dtype=torch.float64)
+    y = (x[..., 0] + 0.5 * torch.randn(6, 40, generator=g, dtype=torch.float64) > 0).double()   # (B, R)
+    y[3:] = torch.randint(0, 4, (3, 40), generator=g).double()               # three 4-class tables
+    batch = Batch(x.to(device), y.to(device), 25, False)
+    out = make_linear_columns(batch, 1.0, seed=1, step=0, num_classes=4).x.cpu()
+    assert out.shape == (6, 40, 7) and torch.equal(out[..., :3], x) and torch.equal(batch.x.cpu(), x)
+    assert torch.equal(out[:3, :, 4:], torch.zeros(3, 40, 3))               # a binary table: class 1's score alone
+    for b in (0, 4):   # the fit by hand: numpy's least squares on standardised columns, unpenalised intercept
+        train = x[b, :25]
+        z = torch.cat([torch.ones(40, 1, dtype=torch.float64), (x[b] - train.mean(0)) / train.std(0, unbiased=False)], 1)
+        targets = (2 * y[b] - 1)[:, None] if b < 3 else torch.nn.functional.one_hot(y[b].long(), 4).double()
+        penalty = torch.diag(torch.tensor([0.0] + [LINEAR_PENALTY] * 3, dtype=torch.float64))
+        fit = lambda rows: torch.linalg.solve(z[rows].T @ z[rows] + penalty, z[rows].T @ targets[rows])
+        expected = torch.cat([z[s:25:LINEAR_FOLDS] @ fit([r for r in range(25) if r % LINEAR_FOLDS != s])
+                              for s in range(LINEAR_FOLDS)])                 # held rows, fold by fold
+        order = torch.cat([torch.arange(s, 25, LINEAR_FOLDS) for s in range(LINEAR_FOLDS)])
+        width = 1 if b < 3 else 4
+        assert torch.allclose(out[b, order, 3:3 + width], expected, atol=1e-4)
+        assert torch.allclose(out[b, 25:, 3:3 + width], z[25:] @ fit(list(range(25))), atol=1e-4)
+    none = make_linear_columns(batch, 0.0, seed=1, step=0, num_classes=4).x.cpu()
+    assert torch.equal(none[..., 3:], torch.zeros(6, 40, 4))                 # share 0: zero columns
+    assert make_linear_columns(batch, 1.0, seed=1, step=0, num_classes=2).x.shape == (6, 40, 4)
