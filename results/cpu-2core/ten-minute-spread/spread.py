@@ -22,6 +22,7 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
     "medium on two H200s": ("nvidia-h200/ddp-medium", "mdp"),
     "random DAGs, half the tables": ("nvidia-h200/dag-prior", "dag5"),
     "random DAGs, all the tables": ("nvidia-h200/dag-prior", "dag10"),
+    "linear columns in the prior": ("nvidia-h200/linear-prior", "lin"),
 }
 
 
