@@ -133,7 +133,7 @@ def make_linear_columns(batch, share: float, seed: int, step: int, rank: int = 0
     binary = (labels[:, :split].amax(1) <= 1)[:, None, None]                                  # (B, 1, 1)
     one_hot = F.one_hot(labels.clamp(0, num_classes - 1), num_classes).float()               # (B, R, K)
     sign = F.pad((2.0 * labels - 1.0)[..., None], (0, count - 1))                            # (B, R, count)
-    targets = torch.where(binary, sign, one_hot[..., :count] if count > 1 else sign)[:, :split]
+    targets = torch.where(binary, sign, one_hot if count > 1 else sign)[:, :split]               # (B, S, count)
     fold = torch.arange(split, device=x.device) % LINEAR_FOLDS                               # rows come in random order
     fits = (fold[None, :] != torch.arange(LINEAR_FOLDS, device=x.device)[:, None]).float()   # (folds, S)
     weights = _ridge_weights(z[:, :split], targets, torch.cat([fits, torch.ones_like(fits[:1])]))  # (folds+1, B, P, c)

@@ -108,9 +108,10 @@ def test_linear_columns_are_out_of_fold_ridge_scores(device):
     out = make_linear_columns(batch, 1.0, seed=1, step=0, num_classes=4).x.cpu()
     assert out.shape == (6, 40, 7) and torch.equal(out[..., :3], x) and torch.equal(batch.x.cpu(), x)
     assert torch.equal(out[:3, :, 4:], torch.zeros(3, 40, 3))               # a binary table: class 1's score alone
-    for b in (0, 4):   # the fit by hand: numpy's least squares on standardised columns, unpenalised intercept
+    for b in (0, 4):   # the fit by hand: the ridge's normal equations in float64
         train = x[b, :25]
-        z = torch.cat([torch.ones(40, 1, dtype=torch.float64), (x[b] - train.mean(0)) / train.std(0, unbiased=False)], 1)
+        standardised = (x[b] - train.mean(0)) / train.std(0, unbiased=False)
+        z = torch.cat([torch.ones(40, 1, dtype=torch.float64), standardised], 1)
         targets = (2 * y[b] - 1)[:, None] if b < 3 else torch.nn.functional.one_hot(y[b].long(), 4).double()
         penalty = torch.diag(torch.tensor([0.0] + [LINEAR_PENALTY] * 3, dtype=torch.float64))
         fit = lambda rows: torch.linalg.solve(z[rows].T @ z[rows] + penalty, z[rows].T @ targets[rows])
