@@ -381,7 +381,7 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
             "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
 
 
-def _mean_per_task(records) -> dict:
+def mean_per_task(records) -> dict:
     """task -> the records' mean ROC AUC (one checkpoint per record), suite and held-out tasks together."""
     scores = {}
     for record in records:
@@ -412,11 +412,11 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
               "held out": {t.name for t in tasks["heldout"]},
               f"< {FEW_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n < FEW_TRAIN_ROWS},
               f">= {MANY_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n >= MANY_TRAIN_ROWS}}
-    ours = _mean_per_task(records)
+    ours = mean_per_task(records)
     if base_records:
         (name,), minutes = base_records[0]["results"].keys(), {point[1] for point in curve_points(base_records)}
         label = f"{name}" + (f" at {minutes.pop():g} min" if len(minutes) == 1 and None not in minutes else "")
-        rows = {label: _mean_per_task(base_records)}
+        rows = {label: mean_per_task(base_records)}
     else:
         rows = {b: {**baselines["suite"][b]["per_task"], **baselines["heldout"][b]["per_task"]} for b in against}
     lines = ["| against | " + " | ".join(f"{g} ({len(names)})" for g, names in groups.items()) + " |",

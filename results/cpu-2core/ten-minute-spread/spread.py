@@ -3,8 +3,12 @@ committed score records: each one's mean ROC AUC over 104 tasks, and how far it 
 against how far another seed of the recipe moves it. Run from the repository root; writes nothing (spread.log)."""
 import json
 import pathlib
+import sys
 
 import numpy as np
+
+sys.path.insert(0, ".")   # the repository root
+import quality  # noqa: E402
 
 R = pathlib.Path("results")
 RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
@@ -27,11 +31,9 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
 
 
 def per_task(directory, name, seed):
-    """{(set, task): mean ROC AUC over its splits} of one score record, and the commit that scored it."""
+    """{task: mean ROC AUC over its splits} of one score record (quality.mean_per_task), and the commit that scored it."""
     record = json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
-    scores = record["results"][name]
-    return {(part, task): float(np.mean(v)) for part in ("suite", "heldout")
-            for task, v in scores[part]["roc_auc_per_split"].items()}, record["commit"][:7]
+    return quality.mean_per_task([record]), record["commit"][:7]
 
 
 def main():
