@@ -143,17 +143,19 @@ def make_linear_columns(batch, share: float, seed: int, step: int, rank: int = 0
     return batch._replace(x=torch.cat([x, torch.where(chosen, values, 0.0).to(x.dtype)], 2))
 
 
-# The prior's batch transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
+# The prior's column transforms, in the order they run: (TrainConfig field = flag, function of (batch, share, ...)).
 PRIOR_TRANSFORMS = (("skewed_columns", make_skewed_columns), ("ordinal_columns", make_ordinal_columns),
-                    ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells),
-                    ("linear_columns", make_linear_columns))
+                    ("categorical_columns", make_categorical_columns), ("missing_cells", fill_missing_cells))
+# Every TrainConfig field that shapes the prior's batches: the column transforms', then the linear columns'.
+TRANSFORM_FIELDS = (*(name for name, _ in PRIOR_TRANSFORMS), "linear_columns")
 
 
 def apply_prior_transforms(batch, shares: dict, seed: int, step: int, rank: int = 0, num_classes: int = 2):
-    """The transforms whose share ({TrainConfig field: share}) is set, in PRIOR_TRANSFORMS' order; num_classes: the
-    model's outputs, which set the linear columns' count."""
+    """The transforms whose share ({TrainConfig field: share}) is set, in PRIOR_TRANSFORMS' order, then the linear
+    columns, appended last and as many as a model of num_classes outputs takes."""
     for name, transform in PRIOR_TRANSFORMS:
         if shares.get(name):
-            extra = {"num_classes": num_classes} if transform is make_linear_columns else {}
-            batch = transform(batch, shares[name], seed, step, rank, **extra)
+            batch = transform(batch, shares[name], seed, step, rank)
+    if shares.get("linear_columns"):
+        batch = make_linear_columns(batch, shares["linear_columns"], seed, step, rank, num_classes)
     return batch

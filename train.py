@@ -24,7 +24,7 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader, open_data
 from loss_health import LossLog, NonFiniteLoss, learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
-from prior_transforms import PRIOR_TRANSFORMS, apply_prior_transforms, linear_column_count
+from prior_transforms import TRANSFORM_FIELDS, apply_prior_transforms, linear_column_count
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
                      rank_and_world, set_seed)
@@ -158,7 +158,7 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
 
 
 # The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
-RUN_FIELDS = ("lr", "seed", "warmup_steps", *(name for name, _ in PRIOR_TRANSFORMS))
+RUN_FIELDS = ("lr", "seed", "warmup_steps", *TRANSFORM_FIELDS)
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
@@ -405,7 +405,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
     fingerprints, batches = [], iter(loader)
-    transform_shares = {name: getattr(config, name) for name, _ in PRIOR_TRANSFORMS}
+    transform_shares = {name: getattr(config, name) for name in TRANSFORM_FIELDS}
     num_classes = unwrap(model).config.num_outputs   # the linear columns' count
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
@@ -578,7 +578,7 @@ def start_lines(session: Session) -> list:
     plan = (f"{c.time_budget:.0f} s of training (compiling, evals and saves not counted)" if c.time_budget > 0
             else f"{c.steps} steps (ETA on each log line)")
     transforms = [f"--{name.replace('_', '-')} {getattr(c, name):g}"
-                  for name, _ in PRIOR_TRANSFORMS if getattr(c, name)]
+                  for name in TRANSFORM_FIELDS if getattr(c, name)]
     prior = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
              f"inside the clock)"] if transforms else []
     return [f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"

@@ -686,8 +686,11 @@ def test_prior_transform_flags_train_reproducibly_and_are_checked(dump, tmp_path
     assert ordinal["losses"] != a["losses"] and ordinal["config"]["train"]["ordinal_columns"] == 0.5
     _, skewed = run_main("train", [*common, "--skewed-columns", "0.5", "--record", str(tmp_path / "f.json")])
     assert skewed["losses"] != a["losses"] and skewed["config"]["train"]["skewed_columns"] == 0.5
-    for flag in ("--missing-cells", "--categorical-columns", "--ordinal-columns", "--skewed-columns"):
-        p = script(["train.py", "--data", dump, "--steps", "2", flag, "1"])
+    _, linear = run_main("train", [*common, "--linear-columns", "1", "--record", str(tmp_path / "g.json")])
+    assert linear["losses"] != a["losses"] and linear["config"]["train"]["linear_columns"] == 1.0   # every table
+    for flag, bad in (("--missing-cells", "1"), ("--categorical-columns", "1"), ("--ordinal-columns", "1"),
+                      ("--skewed-columns", "1"), ("--linear-columns", "1.5")):
+        p = script(["train.py", "--data", dump, "--steps", "2", flag, bad])
         assert p.returncode == 2 and flag in p.stderr and p.stderr.count("\n") == 1
 
 
