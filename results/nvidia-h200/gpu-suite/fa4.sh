@@ -14,7 +14,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   "/tmp/$wheel" || exit 1
 export PYTHONPATH=/tmp/site
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch, flash_attn; from fa4_attention import fa4_kernel_runs; print('torch', torch.__version__, 'fa4 runs', fa4_kernel_runs())"
+  python3 -c "import torch, flash_attn; from train_optimized import fa4_kernel_runs; print('torch', torch.__version__, 'fa4 runs', fa4_kernel_runs())"
 } >> "$OUT/gpu-fa4.txt" 2>&1
 { git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-fa4.txt"
 timeout 540 python3 -m pytest -q -n 4 -p no:cacheprovider -rfEs tests/test_fa4_attention.py tests/test_flag_picks.py \
