@@ -48,11 +48,11 @@ def test_cpu_phase_medians_match_known_sleeps_and_warmup_is_apart():
     s = timer.summary()
     assert s["measured_steps"] == 8 and s["warmup"]["n"] == 2 and s["step"]["n"] == 8
     assert s["clock"] == "perf_counter" and s["syncs"] == 0
+    slack = 3.0   # sleep never returns early; a busy runner may add a few ms
     for name, ms in sleeps.items():
         med = s["phases"][name]["median"]
         assert s["phases"][name]["n"] == 8
-        # sleep never returns early; a busy 2-core runner may add a few ms
-        assert ms <= med <= ms + 3.0, (name, med)
+        assert ms <= med <= ms + slack, (name, med)
     # the 25 ms warm-up forward passes are reported apart, not in the step statistics
     assert s["warmup"]["median"] >= 25.0 + sum(sleeps.values())
     assert s["step"]["max"] < 25.0
@@ -60,7 +60,10 @@ def test_cpu_phase_medians_match_known_sleeps_and_warmup_is_apart():
     assert total <= s["step"]["median"] + 0.5
     assert s["phases"]["other"]["median"] < 1.0
     assert s["data_share"] == pytest.approx(s["phases"]["data"]["median"] / s["step"]["median"])
-    assert 0.45 < s["data_share"] < 0.7
+    # data's share of the step, within what the slack above allows (0.26-0.67; 0.57 idle); the line above pins its formula
+    nominal = sum(sleeps.values())
+    low, high = sleeps["data"] / (nominal + slack * len(sleeps) + 1.0), (sleeps["data"] + slack) / (nominal + slack)
+    assert low < s["data_share"] < high
     # on CPU the host view is the clock of record
     assert s["host_step"]["median"] == pytest.approx(s["step"]["median"])
 
