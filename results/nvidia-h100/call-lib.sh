@@ -71,7 +71,7 @@ start)
   setsid nohup nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,utilization.gpu \
     --format=csv -l 10 > $W/clocks.csv 2>&1 < /dev/null & echo $! > $W/clocks.pid
   export -f elapsed run score_one driver
-  export W CK D DEV DRY BUDGET LONG SAVE_AT DATA
+  export W CK D DEV DRY BUDGET LONG SAVE_AT DATA DEADLINE   # DEADLINE: a driver may time its own steps by it
   setsid nohup bash -c "$(declare -p FLAGS); driver" > $W/driver.log 2>&1 < /dev/null &
   while [ $(elapsed) -lt $HOLD ]; do sleep 5; done
   report
