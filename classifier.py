@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import type_of_target
 
 from checkpoint import read_checkpoint
 from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
+from prior_transforms import LINEAR_FOLDS, linear_column_count
 
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
 INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (docs/real-data.md)
@@ -40,8 +41,8 @@ ID_SMOOTHING = 1.0          # label frequencies are shrunk toward the training p
 KEY_MAX_COLUMNS, KEY_MIN_SHARE, KEY_MIN_GAIN = 6, 0.2, 0.3
 # The linear columns: logistic regression's decision values, out of LINEAR_FOLDS folds on the training rows (a row's
 # value never comes from a fit that saw its label) and from the fit on all of them for the test rows
-# (results/cpu-2core/inference-levers/linear-feature).
-LINEAR_FOLDS = 5
+# (results/cpu-2core/inference-levers/linear-feature). LINEAR_FOLDS and linear_column_count are the prior's (its
+# --linear-columns draws the same columns).
 # The forest columns: a random forest's class probabilities, out of bag on the training rows (a row's value comes only
 # from trees whose bootstrap left it out) and from the whole forest on the test rows
 # (results/cpu-2core/inference-levers/forest-columns).
@@ -243,7 +244,7 @@ def _out_of_fold_decision(X: np.ndarray, y: np.ndarray, linear, seed: int) -> np
     if folds < 2:
         return _decision(linear, X)
     classes = int(y.max()) + 1   # y holds 0..K-1, every class present
-    values = np.zeros((len(y), 1 if classes == 2 else classes))   # _decision's columns
+    values = np.zeros((len(y), linear_column_count(classes)))   # _decision's columns
     for fit_rows, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
         values[held] = _decision(_Linear().fit(X[fit_rows], y[fit_rows]), X[held])
     return values

@@ -100,13 +100,19 @@ def make_ordinal_columns(batch, share: float, seed: int, step: int, rank: int = 
     return batch._replace(x=torch.where(chosen, level.to(x.dtype), x))
 
 
-LINEAR_FOLDS = 5       # as the classifier's linear columns (classifier.LINEAR_FOLDS)
+LINEAR_FOLDS = 5       # the folds of the linear columns, here and in the classifier
 LINEAR_PENALTY = 1.0   # the ridge's L2 penalty on standardised columns (the intercept is not penalised)
 
 
 def linear_column_count(num_classes: int) -> int:
-    """The classifier's linear columns for a model of num_classes outputs: class 1's score for two, else one each."""
+    """The linear columns of a table with num_classes classes (or a model of as many outputs): class 1's score for
+    two, else one a class."""
     return 1 if num_classes == 2 else num_classes
+
+
+def appended_columns(shares: dict, num_classes: int) -> int:
+    """How many columns apply_prior_transforms appends to each table for a model of num_classes outputs."""
+    return linear_column_count(num_classes) if shares.get("linear_columns") else 0
 
 
 def _ridge_weights(z, targets, rows):

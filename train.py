@@ -24,7 +24,7 @@ from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer,
 from loaders import LoaderConfig, make_loader, open_data
 from loss_health import LossLog, NonFiniteLoss, learning_warning
 from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
-from prior_transforms import TRANSFORM_FIELDS, apply_prior_transforms, linear_column_count
+from prior_transforms import TRANSFORM_FIELDS, appended_columns, apply_prior_transforms
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
                      rank_and_world, set_seed)
@@ -159,6 +159,11 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
 
 # The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
 RUN_FIELDS = ("lr", "seed", "warmup_steps", *TRANSFORM_FIELDS)
+
+
+def transform_shares(config: TrainConfig) -> dict:
+    """{TrainConfig field: share} of the prior's batch transforms (apply_prior_transforms' shares)."""
+    return {name: getattr(config, name) for name in TRANSFORM_FIELDS}
 
 
 def baseline_step(model, optimizer, batch, config: TrainConfig, timer, losses, static_features=False):
@@ -405,7 +410,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
     fingerprints, batches = [], iter(loader)
-    transform_shares = {name: getattr(config, name) for name in TRANSFORM_FIELDS}
+    shares = transform_shares(config)
     num_classes = unwrap(model).config.num_outputs   # the linear columns' count
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
@@ -415,7 +420,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
                 timer.start_step()
                 with timer.phase("data"):
                     batch = next(batches)          # the read and the host-to-device copy are inside the clock
-                    batch = apply_prior_transforms(batch, transform_shares, config.seed, step, rank, num_classes)
+                    batch = apply_prior_transforms(batch, shares, config.seed, step, rank, num_classes)
                     if graphed is not None:
                         graphed.load(batch)        # into the static buffers: part of moving the data
                 if len(fingerprints) < 4:
@@ -625,9 +630,9 @@ def _execute(session: Session) -> int:
             return fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
         scalars = SummaryWriter(c.tensorboard)
     try:
-        linear = linear_column_count(session.model.config.num_outputs) if c.linear_columns else 0   # appended columns
+        appended = appended_columns(transform_shares(c), session.model.config.num_outputs)
         result = train(model, session.loader, c, shape=(int(session.info.num_datapoints.max()),
-                                                        int(session.info.num_features.max()) + linear),
+                                                        int(session.info.num_features.max()) + appended),
                        eval_fn=eval_fn, checkpoint_meta=session.checkpoint_meta,
                        resume_state=session.resume_state, scalars=scalars)
     except NonFiniteLoss as e:
