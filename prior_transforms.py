@@ -143,8 +143,7 @@ def make_linear_columns(batch, share: float, seed: int, step: int, rank: int = 0
     fold = torch.arange(split, device=x.device) % LINEAR_FOLDS                               # rows come in random order
     fits = (fold[None, :] != torch.arange(LINEAR_FOLDS, device=x.device)[:, None]).float()   # (folds, S)
     weights = _ridge_weights(z[:, :split], targets, torch.cat([fits, torch.ones_like(fits[:1])]))  # (folds+1, B, P, c)
-    every = torch.einsum("bsp,fbpk->fbsk", z[:, :split], weights[:-1])                      # (folds, B, S, count)
-    held = every[fold, :, torch.arange(split, device=x.device)].transpose(0, 1)              # row s: its fold's fit
+    held = torch.einsum("bsp,sbpk->bsk", z[:, :split], weights[fold])                        # (B, S, count)
     values = torch.cat([held, torch.einsum("brp,bpk->brk", z[:, split:], weights[-1])], 1)   # (B, R, count)
     chosen = _uniform_draws(x, seed, step, rank, 4)(num_tables, 1, 1) < share
     return batch._replace(x=torch.cat([x, torch.where(chosen, values, 0.0).to(x.dtype)], 2))

@@ -6,6 +6,7 @@ grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds fl
 import contextlib
 import gc
 import hashlib
+import io
 import math
 import os
 import sys
@@ -565,7 +566,10 @@ def resolve_data(path):
     if path is not None:
         return path
     from prior_dump import ensure_default_dump  # lazily: only needed when no dump is given
-    return ensure_default_dump()
+    # Under torchrun every rank makes or finds the file (written atomically) before the group starts: rank 0 says so.
+    quiet = os.environ.get("RANK", "0") != "0"
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        return ensure_default_dump()
 
 
 def nonfinite_line(session: Session, error: NonFiniteLoss) -> str:

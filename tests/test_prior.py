@@ -533,3 +533,11 @@ def test_dag_share_draws_random_dags_with_categorical_nodes(tmp_path):
     for share in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="dag_share"):
             list(prior_dump.generate(mix=Mix(dag_share=share), **args))
+
+
+def test_only_rank_0_reports_the_default_dump(monkeypatch, capsys):
+    import train
+    monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda: print("prior: no --data given, generated x") or "x")
+    for rank, expected in (("1", ""), ("0", "prior: no --data given, generated x\n")):
+        monkeypatch.setenv("RANK", rank)   # torchrun's: every rank finds or makes the file, rank 0 says so
+        assert train.resolve_data(None) == "x" and capsys.readouterr().out == expected
