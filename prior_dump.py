@@ -503,27 +503,45 @@ def default_dump_path(preset: str = "nano", num_datasets: int | None = None, dev
     return os.path.join(folder, f"{preset}_default_{num_datasets}_seed0{suffix}.h5")
 
 
+def _default_dump_valid(path, shape) -> bool:
+    """A cheap structural check of a default dump (keys, shapes, prior version, the default mix), without scanning
+    the values."""
+    try:
+        with h5py.File(path, "r") as f:
+            return (f["X"].shape == shape and f["y"].shape == shape[:2]
+                    and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
+                    and f.attrs.get("prior_version") == FORMAT_VERSION
+                    and all(f.attrs.get(key, value) == value for key, value in PriorMix()._asdict().items()))
+    except (OSError, KeyError, ValueError):
+        return False
+
+
 def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int | None = None, device: str = "cpu"):
     """A preset's dump (seed 0), generated first on `device` when missing or invalid: train.py's dump when it gets
     no --data (nano, CPU: the same file everywhere), and --recipe real-tables' (real, on the GPU)."""
     num_datasets = num_datasets or DEFAULT_DUMP_DATASETS
     path = path or default_dump_path(preset, num_datasets, device)
     shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
-    try:   # a cheap structural check (keys, shapes, prior version, the default mix), without scanning the values
-        with h5py.File(path, "r") as f:
-            valid = (f["X"].shape == shape and f["y"].shape == shape[:2]
-                     and all(f[key].shape == shape[:1] for key in ("num_features", "num_datapoints", "single_eval_pos"))
-                     and f.attrs.get("prior_version") == FORMAT_VERSION
-                     and all(f.attrs.get(key, value) == value for key, value in PriorMix()._asdict().items()))
-    except (OSError, KeyError, ValueError):
-        valid = False
-    if valid:
+    if _default_dump_valid(path, shape):
         print(f"prior: no --data given, using the {preset} dump {path}")
         return path
     classes, law = PRESETS[preset]["classes"], PRESETS[preset].get("feature_law", "uniform")
     stats = write_dump(path, *shape, classes, seed=0, device=device, progress=sys.stderr.isatty(), feature_law=law)
     print(f"prior: no --data given, generated {path} ({num_datasets} datasets of {shape[1]}x{shape[2]}, "
           f"{classes} classes, seed 0, {device}) in {stats['seconds']:.1f} s")
+    return path
+
+
+def wait_for_default_dump(timeout_s: float = 900.0, path=None, preset: str = "nano") -> str:
+    """The nano default dump that another process (torchrun's local rank 0) is writing, once it is valid; a one-line
+    OSError after timeout_s."""
+    path = path or default_dump_path(preset)
+    shape = (DEFAULT_DUMP_DATASETS, PRESETS[preset]["rows"], PRESETS[preset]["features"])
+    deadline = time.monotonic() + timeout_s
+    while not _default_dump_valid(path, shape):
+        if time.monotonic() > deadline:
+            raise OSError(f"{path}: local rank 0 wrote no valid default dump within {timeout_s:.0f} s; pass --data")
+        time.sleep(0.5)
     return path
 
 
