@@ -323,7 +323,8 @@ def main(argv=None):
         notices = apply_recipe(args, given, on_cuda) if args.recipe else []
         fill_model_size(args)
         if args.fast:
-            info = open_data(resolve_data(args.data), "cuda" if on_cuda else "cpu", scan_values=False)
+            args.data = resolve_data(args.data)   # once: prepare() then trains on the same path, saying nothing more
+            info = open_data(args.data, "cuda" if on_cuda else "cpu", scan_values=False)
             notices += apply_fast(args, int(info.num_datapoints.max()), int(info.num_features.max()), on_cuda, given)
         check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
