@@ -518,30 +518,21 @@ def _default_dump_valid(path, shape) -> bool:
 
 def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int | None = None, device: str = "cpu"):
     """A preset's dump (seed 0), generated first on `device` when missing or invalid: train.py's dump when it gets
-    no --data (nano, CPU: the same file everywhere), and --recipe real-tables' (real, on the GPU)."""
+    no --data (nano, CPU: the same file everywhere)."""
     num_datasets = num_datasets or DEFAULT_DUMP_DATASETS
     path = path or default_dump_path(preset, num_datasets, device)
     shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
-    if _default_dump_valid(path, shape):
-        print(f"prior: no --data given, using the {preset} dump {path}")
-        return path
-    classes, law = PRESETS[preset]["classes"], PRESETS[preset].get("feature_law", "uniform")
-    stats = write_dump(path, *shape, classes, seed=0, device=device, progress=sys.stderr.isatty(), feature_law=law)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # One writer: another run making the same file (torchrun's ranks, two runs started at once) is waited for, as
+    # a second rename would replace the file under a run already reading it, whose check would then stop it.
+    with safe_io.file_lock(path + ".lock"):
+        if _default_dump_valid(path, shape):
+            print(f"prior: no --data given, using the {preset} dump {path}")
+            return path
+        classes, law = PRESETS[preset]["classes"], PRESETS[preset].get("feature_law", "uniform")
+        stats = write_dump(path, *shape, classes, seed=0, device=device, progress=sys.stderr.isatty(), feature_law=law)
     print(f"prior: no --data given, generated {path} ({num_datasets} datasets of {shape[1]}x{shape[2]}, "
           f"{classes} classes, seed 0, {device}) in {stats['seconds']:.1f} s")
-    return path
-
-
-def wait_for_default_dump(timeout_s: float = 900.0, path=None, preset: str = "nano") -> str:
-    """The nano default dump that another process (torchrun's local rank 0) is writing, once it is valid; a one-line
-    OSError after timeout_s."""
-    path = path or default_dump_path(preset)
-    shape = (DEFAULT_DUMP_DATASETS, PRESETS[preset]["rows"], PRESETS[preset]["features"])
-    deadline = time.monotonic() + timeout_s
-    while not _default_dump_valid(path, shape):
-        if time.monotonic() > deadline:
-            raise OSError(f"{path}: local rank 0 wrote no valid default dump within {timeout_s:.0f} s; pass --data")
-        time.sleep(0.5)
     return path
 
 

@@ -565,11 +565,8 @@ def resolve_data(path):
     """The dump to train on; with none given, a small default prior dump generated once under data/."""
     if path is not None:
         return path
-    from prior_dump import ensure_default_dump, wait_for_default_dump  # lazily: only needed when no dump is given
-    if os.environ.get("LOCAL_RANK", "0") != "0":
-        # torchrun: local rank 0 writes the file; a second writer's rename would stop the rank reading the first
-        return wait_for_default_dump()
-    quiet = os.environ.get("RANK", "0") != "0"   # another host's local rank 0: rank 0 says what it did
+    from prior_dump import ensure_default_dump  # lazily: only needed when no dump is given
+    quiet = os.environ.get("RANK", "0") != "0"   # torchrun: one rank makes the file, the others wait; rank 0 reports
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
         return ensure_default_dump()
 

@@ -535,28 +535,26 @@ def test_dag_share_draws_random_dags_with_categorical_nodes(tmp_path):
             list(prior_dump.generate(mix=Mix(dag_share=share), **args))
 
 
-def test_only_rank_0_reports_the_default_dump_and_other_local_ranks_wait_for_it(monkeypatch, capsys):
+def test_only_rank_0_reports_the_default_dump(monkeypatch, capsys):
     import train
     monkeypatch.setattr(prior_dump, "ensure_default_dump", lambda: print("prior: no --data given, generated x") or "x")
-    monkeypatch.setattr(prior_dump, "wait_for_default_dump", lambda: "waited")
-    for rank, local, expected in (("1", "0", ("x", "")), ("0", "0", ("x", "prior: no --data given, generated x\n")),
-                                  ("1", "1", ("waited", ""))):
-        monkeypatch.setenv("RANK", rank)          # torchrun's: local rank 0 makes or finds the file, rank 0 says so
-        monkeypatch.setenv("LOCAL_RANK", local)
-        assert (train.resolve_data(None), capsys.readouterr().out) == expected
+    for rank, expected in (("1", ""), ("0", "prior: no --data given, generated x\n")):
+        monkeypatch.setenv("RANK", rank)   # torchrun's
+        assert train.resolve_data(None) == "x" and capsys.readouterr().out == expected
 
 
-def test_waiting_for_the_default_dump_ends_when_it_is_valid_or_fails_in_one_line(tmp_path, monkeypatch):
+def test_a_run_waits_for_another_making_the_default_dump_then_uses_it(tmp_path, monkeypatch, capsys):
     import threading
+    import safe_io
     monkeypatch.setattr(prior_dump, "DEFAULT_DUMP_DATASETS", 64)
     path = tmp_path / "default.h5"
-    path.write_bytes(b"truncated")                                      # invalid: not taken
-    with pytest.raises(OSError, match="pass --data") as error:
-        prior_dump.wait_for_default_dump(timeout_s=0.6, path=str(path))
-    assert "\n" not in str(error.value)
-    writer = threading.Timer(0.3, prior_dump.ensure_default_dump, args=(str(path),))
-    writer.start()
-    assert prior_dump.wait_for_default_dump(timeout_s=60, path=str(path)) == str(path)
-    writer.join()
-    with h5py.File(path, "r") as f:
-        assert f["X"].shape == (64, 150, 5)
+    with safe_io.file_lock(f"{path}.lock"):                            # another run is making the file
+        waiting = threading.Thread(target=prior_dump.ensure_default_dump, args=(str(path),))
+        waiting.start()
+        waiting.join(1.5)
+        assert waiting.is_alive() and not path.exists()                 # it neither writes nor reads yet
+        prior_dump.write_dump(str(path), 64, 150, 5, 2, seed=0, progress=False)
+        mtime = path.stat().st_mtime_ns
+    waiting.join(60)
+    assert capsys.readouterr().out.endswith(f"prior: no --data given, using the nano dump {path}\n")
+    assert path.stat().st_mtime_ns == mtime                             # not written a second time

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The torchrun paths with no --data on a fresh machine after 531bfe7 (local rank 0 writes the default dump, the other
-# ranks wait for it), and the two-GPU test again. nvidia-h200-x2, one call, carry .whl1.
+# The torchrun paths with no --data on a fresh machine: after 531bfe7 (local rank 0 wrote the default dump, the other
+# ranks waited for it), then again after its lock (one run makes it, the others wait); and the two-GPU test. nvidia-h200-x2,
+# one call, carry .whl1.
 #   bash results/nvidia-h200/ddp-test/final.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site
