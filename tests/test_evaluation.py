@@ -268,3 +268,12 @@ def test_toy_suite_smoke():
     assert scores["roc_auc"] > 0.95 and set(scores["per_task_roc_auc"]) == {"breast_cancer"}
     line = ev.format_scores("random forest", scores)
     assert line.startswith(" random forest | roc_auc") and "breast_cancer roc_auc" in line and "\n" not in line
+
+
+def test_the_real_suites_reference_line_counts_every_ranked_method(monkeypatch):
+    monkeypatch.setattr(ev, "make_suite_eval", lambda splits_per_task: lambda classifier: {})
+    scores = {"roc_auc": 0.70, "rank": 2.5, "baselines_roc_auc": {"rf": 0.72, "lr": 0.69},
+              "baselines_rank": {"rf": 1.5, "lr": 2.0}}
+    name, reference = ev.suite_by_name("real").reference(scores)
+    assert name == "rf" and ev.format_scores(name, reference).endswith("mean rank 1.50 of 3")
+    assert ev.format_scores("nanoTabPFN", scores).endswith("mean rank 2.50 of 3")
