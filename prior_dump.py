@@ -522,12 +522,16 @@ def ensure_default_dump(path=None, preset: str = "nano", num_datasets: int | Non
     num_datasets = num_datasets or DEFAULT_DUMP_DATASETS
     path = path or default_dump_path(preset, num_datasets, device)
     shape = (num_datasets, PRESETS[preset]["rows"], PRESETS[preset]["features"])
+    using = f"prior: no --data given, using the {preset} dump {path}"
+    if _default_dump_valid(path, shape):   # before the lock: a read-only folder's dump needs none
+        print(using)
+        return path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # One writer: another run making the same file (torchrun's ranks, two runs started at once) is waited for, as
     # a second rename would replace the file under a run already reading it, whose check would then stop it.
     with safe_io.file_lock(path + ".lock"):
         if _default_dump_valid(path, shape):
-            print(f"prior: no --data given, using the {preset} dump {path}")
+            print(using)
             return path
         classes, law = PRESETS[preset]["classes"], PRESETS[preset].get("feature_law", "uniform")
         stats = write_dump(path, *shape, classes, seed=0, device=device, progress=sys.stderr.isatty(), feature_law=law)
