@@ -71,8 +71,7 @@ def RandomForestReference(seed: int = 0):
 def format_scores(name: str, scores: dict) -> str:
     """One log line: toy suite (ROC AUC, acc, balanced acc, first task) or real suite (ROC AUC, mean rank)."""
     if "acc" not in scores:
-        methods = scores.get("methods", len(scores.get("baselines_roc_auc", {})) + 1)   # ours and the baselines
-        rank = "" if scores.get("rank") is None else f" | mean rank {scores['rank']:.2f} of {methods}"
+        rank = "" if scores.get("rank") is None else f" | mean rank {scores['rank']:.2f} of {scores['methods']}"
         return f"{name:>14s} | real-suite roc_auc {scores['roc_auc']:.4f}{rank}"
     first = "".join(f" | {task} roc_auc {value:.4f}" for task, value in
                     list(scores.get("per_task_roc_auc", {}).items())[:1])
@@ -309,15 +308,15 @@ def usable_tasks(tasks, num_outputs: int | None) -> list:
 
 
 def suite_eval(classifier, tasks, baselines, splits_per_task: int = 1) -> dict:
-    """{"roc_auc", "log_loss", "per_task", "seconds", "rank"} and the baselines' same-split "baselines_roc_auc"
-    and "baselines_rank" (mean ranks among us and them, 1 = best), on the tasks with at most as many classes as
+    """{"roc_auc", "log_loss", "per_task", "seconds", "rank" of "methods"} and the baselines' same-split
+    "baselines_roc_auc" and "baselines_rank" (mean ranks among us and them, 1 = best), on the tasks with at most as many classes as
     the classifier's model predicts ("skipped_tasks" counts the others)."""
     model = getattr(classifier, "model", None)
     usable = usable_tasks(tasks, model.config.num_outputs if hasattr(model, "config") else None)
     ours = evaluate_suite(lambda: classifier, usable, splits_per_task)
     methods = compare({"ours": ours, **baselines}, "ours")["methods"]
     return {"roc_auc": ours["roc_auc"], "log_loss": ours["log_loss"], "per_task": ours["per_task"],
-            "seconds": ours["seconds"], "rank": methods["ours"]["mean_rank"],
+            "seconds": ours["seconds"], "rank": methods["ours"]["mean_rank"], "methods": len(methods),
             "skipped_tasks": len(tasks) - len(usable),
             "baselines_roc_auc": {n: methods[n]["roc_auc"] for n in baselines},
             "baselines_rank": {n: methods[n]["mean_rank"] for n in baselines}}
@@ -340,9 +339,8 @@ def suite_by_name(name: str):
     if name in ("real", "real-all"):
         run = make_suite_eval(splits_per_task=1 if name == "real" else None)
         run.reference = lambda scores: max(((n, {"roc_auc": v, "rank": scores["baselines_rank"][n],
-                                                 "methods": len(scores["baselines_rank"]) + 1})   # ranked among all
-                                            for n, v in scores["baselines_roc_auc"].items()),
-                                           key=lambda item: item[1]["roc_auc"])
+                                                 "methods": scores["methods"]}) for n, v in
+                                            scores["baselines_roc_auc"].items()), key=lambda item: item[1]["roc_auc"])
         return run
     splits = eval_splits()
     run = functools.partial(evaluate, splits=splits)

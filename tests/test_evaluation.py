@@ -272,7 +272,7 @@ def test_toy_suite_smoke():
 
 def test_the_real_suites_reference_line_counts_every_ranked_method(monkeypatch):
     monkeypatch.setattr(ev, "make_suite_eval", lambda splits_per_task: lambda classifier: {})
-    scores = {"roc_auc": 0.70, "rank": 2.5, "baselines_roc_auc": {"rf": 0.72, "lr": 0.69},
+    scores = {"roc_auc": 0.70, "rank": 2.5, "methods": 3, "baselines_roc_auc": {"rf": 0.72, "lr": 0.69},
               "baselines_rank": {"rf": 1.5, "lr": 2.0}}
     name, reference = ev.suite_by_name("real").reference(scores)
     assert name == "rf" and ev.format_scores(name, reference).endswith("mean rank 1.50 of 3")
