@@ -309,8 +309,8 @@ def usable_tasks(tasks, num_outputs: int | None) -> list:
 
 def suite_eval(classifier, tasks, baselines, splits_per_task: int = 1) -> dict:
     """{"roc_auc", "log_loss", "per_task", "seconds", "rank" of "methods"} and the baselines' same-split
-    "baselines_roc_auc" and "baselines_rank" (mean ranks among us and them, 1 = best), on the tasks with at most as many classes as
-    the classifier's model predicts ("skipped_tasks" counts the others)."""
+    "baselines_roc_auc" and "baselines_rank" (mean ranks among us and them, 1 = best), on the tasks with at most as
+    many classes as the classifier's model predicts ("skipped_tasks" counts the others)."""
     model = getattr(classifier, "model", None)
     usable = usable_tasks(tasks, model.config.num_outputs if hasattr(model, "config") else None)
     ours = evaluate_suite(lambda: classifier, usable, splits_per_task)
