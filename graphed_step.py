@@ -12,11 +12,13 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)       # torch.compile
 
 
-def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False, warmup_steps: int = 0):
+def make_optimizer(model: torch.nn.Module, name: str, lr: float, fused: bool = False, warmup_steps: int = 0,
+                   average_scale: float = 1.0):
     """"schedulefree" (upstream; fused: the graph-safe form below) or "adamw" (torch's); warmup_steps: schedule-free's
-    linear warm-up of the lr (0: none)."""
+    linear warm-up of the lr (0: none); average_scale: the fused form's (1: the package's average)."""
     if name == "schedulefree" and fused:
-        return FusedScheduleFreeAdamW(model.parameters(), lr=lr, warmup_steps=warmup_steps)
+        return FusedScheduleFreeAdamW(model.parameters(), lr=lr, warmup_steps=warmup_steps,
+                                      average_scale=average_scale)
     if name == "schedulefree":
         import schedulefree  # lazily: only the schedule-free path needs it
         return schedulefree.AdamWScheduleFree(model.parameters(), lr=lr, weight_decay=0.0, warmup_steps=warmup_steps)
@@ -43,13 +45,16 @@ def inference_state_dict(model: torch.nn.Module, optimizer) -> dict:
 
 class FusedScheduleFreeAdamW(torch.optim.Optimizer):
     """schedulefree.AdamWScheduleFree without weight decay, r=0, weight_lr_power=2 (without warm-up ckp1 = 1/(k+1)),
-    in foreach kernels, every per-step scalar a device tensor that a CUDA graph can replay."""
+    in foreach kernels, every per-step scalar a device tensor that a CUDA graph can replay. average_scale S != 1 is
+    Song et al. 2025's refined form, S = (1 - beta1) C: the averaging weight ckp1 times S, capped at 1, so the
+    average x leans to recent iterates (S = 1: the package's uniform average)."""
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, warmup_steps: int = 0):
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, warmup_steps: int = 0,
+                 average_scale: float = 1.0):
         # capturable=True: Optimizer.load_state_dict then keeps each 'step' tensor on its parameter's
         # device (otherwise a resumed step counter lands on the CPU, outside any CUDA graph).
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, warmup_steps=warmup_steps, train_mode=True,
-                                      capturable=True))
+                                      capturable=True, average_scale=average_scale))
         for group in self.param_groups:  # state allocated up front: graph capture needs it to exist
             for p in group["params"]:
                 self.state[p].update(z=p.detach().clone(), exp_avg_sq=torch.zeros_like(p),
@@ -80,6 +85,9 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
                 ckp1 = weight / kept["weight_sum"].add_(weight)     # weight / weight_sum
             else:
                 ckp1 = 1.0 / k                                      # weight / weight_sum with a constant lr
+            scale = group.get("average_scale", 1.0)                 # absent from checkpoints before it existed
+            if scale != 1.0:
+                ckp1 = torch.clamp(ckp1 * scale, max=1.0)           # (), the average's weight on the newest z
             torch._foreach_mul_(sqs, beta2)
             torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)
             denom = torch._foreach_mul(sqs, 1.0 / (1.0 - torch.pow(beta2, k)))   # bias-corrected second moment

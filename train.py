@@ -113,6 +113,7 @@ class TrainConfig:
     compile_tuning: bool = False     # Inductor's coordinate-descent tuning of its kernels for --compile
     cuda_graphs: bool = False
     fused_optimizer: bool = False
+    sf_average_scale: float = 1.0    # the fused schedule-free optimizer's average_scale (graphed_step.py)
     async_loss: bool = False         # read the loss back every log_every steps instead of every step
 
 
@@ -159,7 +160,7 @@ def loss_on_batch(model, batch, amp: str = "off", static_features: bool = False)
 
 
 # The flags that shape the loss sequence: a checkpoint stores them and --resume refuses other values.
-RUN_FIELDS = ("lr", "seed", "warmup_steps", *TRANSFORM_FIELDS)
+RUN_FIELDS = ("lr", "seed", "warmup_steps", "sf_average_scale", *TRANSFORM_FIELDS)
 
 
 def transform_shares(config: TrainConfig) -> dict:
@@ -391,7 +392,8 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None."""
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
-    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer, config.warmup_steps)
+    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer, config.warmup_steps,
+                               config.sf_average_scale)
     graphed = (GraphedTrainStep(model, optimizer, config.batch_size, *shape, device, amp=config.amp,
                                 grad_clip=config.grad_clip, compile=config.compile) if config.cuda_graphs else None)
     timer = StepTimer(device, warmup_steps=config.timing_warmup,

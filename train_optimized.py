@@ -17,7 +17,7 @@ from model import (ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, FEATURE_ENCODI
 from prior_dump import SPEC_PREFIX
 from runtime import UsageError, cuda_requested, fail, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
-                   from_flags, positive_int, prepare, resolve_data, start_lines)
+                   from_flags, positive_float, positive_int, prepare, resolve_data, start_lines)
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, docs/speed.md). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.
@@ -65,6 +65,9 @@ def build_parser():
                         "between compiles)")
     s.add_argument("--cuda-graphs", action="store_true", help="the whole step as one CUDA graph over padded shapes")
     s.add_argument("--fused-optimizer", action="store_true", help="graph-safe schedule-free AdamW (foreach kernels)")
+    s.add_argument("--sf-average-scale", type=positive_float, default=1.0, metavar="S",
+                   help="the fused schedule-free average's weight on the newest iterate times S, capped at 1 (1: the "
+                        "package's uniform average; S > 1 leans to recent iterates)")
     s.add_argument("--async-loss", action="store_true", help="read the loss every --log-every steps, not every step")
     s.add_argument("--grad-checkpoint", action="store_true", help="recompute each layer in backward (less memory)")
     s.add_argument("--last-layer-target-only", action="store_true",
@@ -222,6 +225,9 @@ def check_flags(args, on_cuda: bool):
          "--attention flex serves the padded step of --cuda-graphs; add --cuda-graphs"),
         (args.cuda_graphs and args.optimizer != "schedulefree",
          "--cuda-graphs captures the optimizer step and needs the graph-safe schedule-free optimizer"),
+        (args.sf_average_scale != 1 and (args.optimizer != "schedulefree" or not (args.fused_optimizer or
+                                                                                   args.cuda_graphs)),
+         "--sf-average-scale is the fused schedule-free optimizer's: add --fused-optimizer (or --fast)"),
         (args.cuda_graphs and args.grad_checkpoint,
          "--grad-checkpoint recomputes inside backward, which --cuda-graphs cannot capture"),
     ]

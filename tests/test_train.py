@@ -387,6 +387,47 @@ def test_fused_schedule_free_warm_up_matches_the_package():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("warmup_steps", [0, 6])
+def test_fused_schedule_free_average_scale_is_the_refined_form(warmup_steps):
+    """average_scale S: x <- (1 - c) x + c z with c = min(1, S * lr_max^2 / sum lr_max^2), written out as three
+    sequences (z, x, the gradient at y = (1 - beta1) z + beta1 x) against the fused form's two."""
+    from graphed_step import FusedScheduleFreeAdamW
+    torch.manual_seed(2)
+    net = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
+    plain = __import__("copy").deepcopy(net)
+    scale, lr, beta1, beta2, eps = 4.0, 4e-3, 0.9, 0.999, 1e-8
+    opt = FusedScheduleFreeAdamW(net.parameters(), lr=lr, warmup_steps=warmup_steps, average_scale=scale)
+    opt_plain = FusedScheduleFreeAdamW(plain.parameters(), lr=lr, warmup_steps=warmup_steps)
+    z = [p.detach().clone() for p in net.parameters()]
+    x, v = [t.clone() for t in z], [torch.zeros_like(t) for t in z]
+    ref = __import__("copy").deepcopy(net)
+    lr_max = weight_sum = 0.0
+    for t in range(1, 21):
+        data = torch.randn(16, 7)
+        for model, o in ((net, opt), (plain, opt_plain)):
+            o.zero_grad()
+            model(data).pow(2).mean().backward()
+            o.step()
+        with torch.no_grad():   # the reference: gradient at y, Adam's second moment, z step, then the average
+            for p, zi, xi in zip(ref.parameters(), z, x):
+                p.copy_((1 - beta1) * zi + beta1 * xi)
+        ref.zero_grad()
+        ref(data).pow(2).mean().backward()
+        lr_t = lr * min(1.0, t / warmup_steps) if warmup_steps else lr
+        lr_max = max(lr_max, lr_t)
+        weight_sum += lr_max ** 2
+        c = min(1.0, scale * lr_max ** 2 / weight_sum)
+        with torch.no_grad():
+            for p, zi, xi, vi in zip(ref.parameters(), z, x, v):
+                vi.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                zi.sub_(lr_t * p.grad / ((vi / (1 - beta2 ** t)).sqrt() + eps))
+                xi.lerp_(zi, c)
+    opt.eval(), opt_plain.eval()
+    for p, xi in zip(net.parameters(), x):
+        torch.testing.assert_close(p, xi, rtol=1e-4, atol=1e-6)
+    assert any((a - b).abs().max() > 1e-4 for a, b in zip(net.parameters(), plain.parameters()))   # the scale acts
+
+
 def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     from graphed_step import FusedScheduleFreeAdamW
     src = torch.nn.Linear(3, 2)
@@ -415,6 +456,7 @@ def test_resumed_fused_optimizer_keeps_its_step_on_the_parameter_device():
     (["--steps", "0"], "--steps"), (["--time-budget", "-5"], "--time-budget"), (["--save-every", "-1"], "--save-every"),
     (["--require-gds"], "--loader bin"), (["--compile-tuning"], "add --compile"),
     (["--embedding-size", "50"], "divisible"), (["--num-layers", "0"], "--num-layers"),
+    (["--sf-average-scale", "4"], "--fused-optimizer"), (["--sf-average-scale", "nan"], "--sf-average-scale"),
 ])
 def test_flag_combinations_that_cannot_work_are_refused(flags, expect, dump):
     p = script(["train_optimized.py", "--data", dump, "--steps", "2", "--batch-size", "4", "--no-eval", *flags])
