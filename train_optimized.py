@@ -297,7 +297,8 @@ def optimizations_block(session, args) -> list:
                 "docs/multi-gpu.md)" if session.world_size > 1 else "")
              if cuda else "inactive: no CUDA here; the same static-shape padded step runs eagerly"),
             ("--fused-optimizer", c.fused_optimizer, "active: schedule-free AdamW in foreach kernels"
-             + (" (required by --cuda-graphs)" if c.cuda_graphs else "")),
+             + (" (required by --cuda-graphs)" if c.cuda_graphs else "")
+             + (f", average weight x {c.sf_average_scale:g}" if c.sf_average_scale != 1 else "")),
             ("--async-loss", c.async_loss or session.world_size > 1,
              f"active: loss read back every {c.log_every} steps, no host sync per step"),
             ("--grad-checkpoint", m.grad_checkpoint, "active: each layer recomputed in backward"),
