@@ -127,8 +127,8 @@ def test_resume_with_another_seed_is_refused_and_older_checkpoints_still_resume(
     assert "--seed 2 differs from the checkpoint's 1" in err and err.strip().count("\n") == 0, err
     assert ck.read_bytes() == before
     state = torch.load(str(ck), weights_only=True)
-    assert set(state["hparams"]) == {"lr", "seed", "warmup_steps", "missing_cells", "categorical_columns",
-                                     "ordinal_columns", "skewed_columns", "linear_columns"}
+    assert set(state["hparams"]) == {"lr", "seed", "warmup_steps", "sf_average_scale", "missing_cells",
+                                     "categorical_columns", "ordinal_columns", "skewed_columns", "linear_columns"}
     state["hparams"] = {"lr": state["hparams"]["lr"]}   # as written before the seed was stored
     torch.save(state, str(ck))
     assert train_optimized.main([*common, "--steps", "4", "--resume", "--seed", "2"]) == 0
