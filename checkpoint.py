@@ -18,6 +18,8 @@ from model import SPEED_ONLY_FIELDS, ModelConfig
 from safe_io import write_bytes_atomic
 
 CHECKPOINT_FORMAT = 2   # 2 adds "hparams" (train.RUN_FIELDS; lr only at first) and the dump's content digest to "data"
+# RUN_FIELDS added after a value existed in every run: a checkpoint without one ran with this value
+ABSENT_MEANS = {"sf_average_scale": 1.0}
 
 
 class CheckpointError(ValueError):
@@ -200,7 +202,7 @@ def load_checkpoint(path: str, meta: dict) -> dict:
         raise CheckpointError(f"checkpoint {path} used a global batch of {state['global_batch']} datasets "
                               f"(batch x ranks), this run {meta['global_batch']}: resume with the same batch "
                               "size and number of ranks")
-    stored = state.get("hparams", {})   # older checkpoints store only some fields: those are checked
+    stored = {**ABSENT_MEANS, **state.get("hparams", {})}   # older checkpoints store some fields: those are checked
     for name, value in meta["hparams"].items():
         if name in stored and stored[name] != value:
             # Refused, not applied: resume promises the run the checkpoint started, bit for bit.

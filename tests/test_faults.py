@@ -134,6 +134,24 @@ def test_resume_with_another_seed_is_refused_and_older_checkpoints_still_resume(
     assert train_optimized.main([*common, "--steps", "4", "--resume", "--seed", "2"]) == 0
 
 
+def test_a_checkpoint_from_before_sf_average_scale_resumes_only_with_scale_1(dump, tmp_path, capsys):
+    """Checkpoints written before --sf-average-scale ran with 1: another scale is refused, 1 resumes."""
+    import train_optimized
+    ck = tmp_path / "a.pt"
+    common = ["--data", dump, *QUIET, "--ckpt", str(ck), "--fused-optimizer"]
+    assert train_optimized.main([*common, "--steps", "2"]) == 0
+    state = torch.load(str(ck), weights_only=True)
+    del state["hparams"]["sf_average_scale"]   # as written before the field existed
+    for group in state["train_state"]["optimizer"]["param_groups"]:
+        del group["average_scale"]
+    torch.save(state, str(ck))
+    before = ck.read_bytes()
+    assert train_optimized.main([*common, "--steps", "4", "--resume", "--sf-average-scale", "10"]) == 2
+    assert "--sf-average-scale 10 differs from the checkpoint's 1" in capsys.readouterr().err
+    assert ck.read_bytes() == before
+    assert train_optimized.main([*common, "--steps", "4", "--resume"]) == 0
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("touch " + os.environ.get("EVIL_MARKER", "/tmp/evil-marker"),))
