@@ -225,8 +225,7 @@ def check_flags(args, on_cuda: bool):
          "--attention flex serves the padded step of --cuda-graphs; add --cuda-graphs"),
         (args.cuda_graphs and args.optimizer != "schedulefree",
          "--cuda-graphs captures the optimizer step and needs the graph-safe schedule-free optimizer"),
-        (args.sf_average_scale != 1 and (args.optimizer != "schedulefree" or not (args.fused_optimizer or
-                                                                                   args.cuda_graphs)),
+        (args.sf_average_scale != 1 and not (args.optimizer == "schedulefree" and args.fused_optimizer),
          "--sf-average-scale is the fused schedule-free optimizer's: add --fused-optimizer (or --fast)"),
         (args.cuda_graphs and args.grad_checkpoint,
          "--grad-checkpoint recomputes inside backward, which --cuda-graphs cannot capture"),
@@ -333,9 +332,9 @@ def main(argv=None):
             args.data = resolve_data(args.data)   # once: prepare() then trains on the same path, saying nothing more
             info = open_data(args.data, "cuda" if on_cuda else "cpu", scan_values=False)
             notices += apply_fast(args, int(info.num_datapoints.max()), int(info.num_features.max()), on_cuda, given)
-        check_flags(args, on_cuda)
         # The package's schedule-free step computes its scalars in Python, which a graph would freeze.
         args.fused_optimizer = args.fused_optimizer or args.cuda_graphs
+        check_flags(args, on_cuda)
         session = prepare(from_flags(TrainConfig, args), from_flags(ModelConfig, args),
                           from_flags(LoaderConfig, args, kind=args.loader))
     except SETUP_ERRORS as e:
