@@ -27,6 +27,8 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
     "random DAGs, half the tables": ("nvidia-h200/dag-prior", "dag5"),
     "random DAGs, all the tables": ("nvidia-h200/dag-prior", "dag10"),
     "linear columns in the prior": ("nvidia-h200/linear-prior", "lin"),
+    "schedule-free average x 10": ("nvidia-h200/sf-average", "avg10"),
+    "1024-row tables and average x 10": ("nvidia-h200/rows-average", "rowsavg"),
 }
 
 
