@@ -70,6 +70,12 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def quiet_other_ranks():
+    """Under torchrun only rank 0 prints: the other ranks' stdout goes to /dev/null; errors still reach stderr."""
+    if os.environ.get("RANK", "0") != "0" and getattr(sys.stdout, "name", None) != os.devnull:
+        sys.stdout = open(os.devnull, "w")
+
+
 def cuda_requested(name: str) -> bool:
     """Whether --device `name` will run on CUDA on this machine."""
     import torch  # lazily here and below: the data CLIs use this module without torch

@@ -6,7 +6,6 @@ grad clipping at 1.0, schedule-free AdamW at lr 4e-3. train_optimized.py adds fl
 import contextlib
 import gc
 import hashlib
-import io
 import math
 import os
 import sys
@@ -28,7 +27,7 @@ from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
 from prior_transforms import TRANSFORM_FIELDS, appended_columns, apply_prior_transforms
 from profile_utils import StepTimer, TrainingProfiler, diagnose, environment_record, format_duration, make_run_record
 from runtime import (ArgumentParser, UsageError, checked_type, fail, init_distributed, memory_error_line, out_of_memory,
-                     rank_and_world, set_seed)
+                     quiet_other_ranks, rank_and_world, set_seed)
 from safe_io import OutputError, check_outputs, hold_lock, write_json_atomic
 
 UPSTREAM_STEPS = 2500      # upstream's schedule, run on a GPU (and on a CPU when --steps is given)
@@ -216,7 +215,7 @@ def _compiled_graphs() -> int:
 @dataclass
 class _Run:
     """What the interval points of a run read and write: the log, evals, checkpoints and stop requests.
-    Only rank 0 prints (prepare() silences the others) and only rank 0 has an eval_fn."""
+    Only rank 0 prints (runtime.quiet_other_ranks) and only rank 0 has an eval_fn."""
     config: TrainConfig
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -494,9 +493,8 @@ SETUP_ERRORS = (DumpError, CheckpointError, OutputError, UsageError, ValueError,
 
 def prepare(config: TrainConfig, model_config: ModelConfig, loader_config: LoaderConfig) -> Session:
     """Checks every input and output, then builds the model and the loader. Raises SETUP_ERRORS (one line)."""
+    quiet_other_ranks()
     rank, world_size, device = init_distributed(config.device)
-    if rank != 0:
-        sys.stdout = open(os.devnull, "w")  # only rank 0 prints; errors still reach stderr
     notices = _schedule(config, device)
     info = open_data(resolve_data(config.data), device)
     if config.batch_size * world_size > info.num_datasets:
@@ -567,9 +565,7 @@ def resolve_data(path):
     if path is not None:
         return path
     from prior_dump import ensure_default_dump  # lazily: only needed when no dump is given
-    quiet = os.environ.get("RANK", "0") != "0"   # torchrun: one rank makes the file, the others wait; rank 0 reports
-    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
-        return ensure_default_dump()
+    return ensure_default_dump()   # torchrun: one rank makes the file, the others wait; rank 0 reports it
 
 
 def nonfinite_line(session: Session, error: NonFiniteLoss) -> str:

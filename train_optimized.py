@@ -15,7 +15,7 @@ from loaders import LOADER_KINDS, LoaderConfig, open_data
 from model import (ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, FEATURE_ENCODINGS, PERIODIC_FREQUENCIES, SDPA_KERNELS,
                    ModelConfig)
 from prior_dump import SPEC_PREFIX
-from runtime import UsageError, cuda_requested, fail, world_size
+from runtime import UsageError, cuda_requested, fail, quiet_other_ranks, world_size
 from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
                    from_flags, positive_float, positive_int, prepare, resolve_data, start_lines)
 
@@ -324,6 +324,7 @@ def optimizations_block(session, args) -> list:
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    quiet_other_ranks()   # before --fast resolves the data: only rank 0 reports the default dump
     on_cuda = cuda_requested(args.device)
     try:
         given = given_flags(parser, argv)
