@@ -72,7 +72,8 @@ def world_size() -> int:
 
 def quiet_other_ranks():
     """Under torchrun only rank 0 prints: the other ranks' stdout goes to /dev/null; errors still reach stderr."""
-    if os.environ.get("RANK", "0") != "0" and getattr(sys.stdout, "name", None) != os.devnull:
+    other = world_size() > 1 and os.environ.get("RANK", "0") != "0"   # torchrun sets both; a lone RANK is not torchrun
+    if other and getattr(sys.stdout, "name", None) != os.devnull:
         sys.stdout = open(os.devnull, "w")
 
 

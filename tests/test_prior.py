@@ -539,8 +539,9 @@ def test_dag_share_draws_random_dags_with_categorical_nodes(tmp_path):
 
 def test_only_rank_0_prints(monkeypatch, capsys):
     import runtime
-    for rank, expected in (("0", "rank 0 reports\n"), ("1", "")):
-        monkeypatch.setenv("RANK", rank)   # torchrun's
+    for rank, world, expected in (("0", "2", "rank 0 reports\n"), ("1", "2", ""), ("1", "1", "rank 0 reports\n")):
+        monkeypatch.setenv("RANK", rank)   # torchrun's; a RANK without a WORLD_SIZE above 1 is not torchrun
+        monkeypatch.setenv("WORLD_SIZE", world)
         with monkeypatch.context() as m:
             m.setattr(sys, "stdout", sys.stdout)   # restored afterwards (a torchrun process never needs to)
             runtime.quiet_other_ranks()
