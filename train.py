@@ -412,7 +412,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
     fingerprints, batches = [], iter(loader)
-    shares, num_classes = transform_shares(config), unwrap(model).config.num_outputs   # the linear columns' count
+    shares, num_classes = transform_shares(config), unwrap(model).config.num_outputs   # num_classes: for linear columns
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:

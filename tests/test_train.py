@@ -1,5 +1,6 @@
 """The shared training loop: learning, baseline equivalence of both scripts, flags on CPU, checkpoints,
 resume, signals and a 2-process gloo DDP run."""
+import copy
 import json
 import os
 import signal
@@ -302,7 +303,7 @@ def test_fused_schedule_free_matches_the_package():
     from graphed_step import FusedScheduleFreeAdamW
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
-    ours = __import__("copy").deepcopy(ref)
+    ours = copy.deepcopy(ref)
     opt_ref = schedulefree.AdamWScheduleFree(ref.parameters(), lr=4e-3, weight_decay=0.0)
     opt_ours = FusedScheduleFreeAdamW(ours.parameters(), lr=4e-3)
     opt_ref.train(), opt_ours.train()
@@ -367,7 +368,7 @@ def test_fused_schedule_free_warm_up_matches_the_package():
     from graphed_step import FusedScheduleFreeAdamW
     torch.manual_seed(1)
     ref = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
-    ours, plain = __import__("copy").deepcopy(ref), __import__("copy").deepcopy(ref)
+    ours, plain = copy.deepcopy(ref), copy.deepcopy(ref)
     opt_ref = schedulefree.AdamWScheduleFree(ref.parameters(), lr=4e-3, weight_decay=0.0, warmup_steps=6)
     opt_ours = FusedScheduleFreeAdamW(ours.parameters(), lr=4e-3, warmup_steps=6)
     opt_plain = FusedScheduleFreeAdamW(plain.parameters(), lr=4e-3)
@@ -394,13 +395,13 @@ def test_fused_schedule_free_average_scale_is_the_refined_form(warmup_steps):
     from graphed_step import FusedScheduleFreeAdamW
     torch.manual_seed(2)
     net = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.GELU(), torch.nn.Linear(5, 3))
-    plain = __import__("copy").deepcopy(net)
+    plain = copy.deepcopy(net)
     scale, lr, beta1, beta2, eps = 4.0, 4e-3, 0.9, 0.999, 1e-8
     opt = FusedScheduleFreeAdamW(net.parameters(), lr=lr, warmup_steps=warmup_steps, average_scale=scale)
     opt_plain = FusedScheduleFreeAdamW(plain.parameters(), lr=lr, warmup_steps=warmup_steps)
     z = [p.detach().clone() for p in net.parameters()]
     x, v = [t.clone() for t in z], [torch.zeros_like(t) for t in z]
-    ref = __import__("copy").deepcopy(net)
+    ref = copy.deepcopy(net)
     lr_max = weight_sum = 0.0
     for t in range(1, 21):
         data = torch.randn(16, 7)
