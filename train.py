@@ -368,6 +368,21 @@ class _Run:
                   f"for the small preset, 1e-3 for a wider model; README)")
 
 
+def _step_machinery(model, config: TrainConfig, shape, device):
+    """(optimizer, the graphed step or None, the step timer, the profiler or None) for train()."""
+    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer, config.warmup_steps,
+                               config.sf_average_scale)
+    graphed = (GraphedTrainStep(model, optimizer, config.batch_size, *shape, device, amp=config.amp,
+                                grad_clip=config.grad_clip, compile=config.compile) if config.cuda_graphs else None)
+    timer = StepTimer(device, warmup_steps=config.timing_warmup,
+                      phases=("data", "step") if graphed else ("data", "forward", "backward", "optimizer"),
+                      compute_phases=("step",) if graphed else None)
+    # The profiled window starts after the timing warm-up: compilation and graph capture stay out of it.
+    profiler = (TrainingProfiler(device, out_dir=config.profile_dir, log_dir=config.tensorboard,
+                                 wait=max(1, config.timing_warmup)) if config.profile else None)
+    return optimizer, graphed, timer, profiler
+
+
 def _resume(model, optimizer, resume_state, ckpt):
     """Loads a checkpoint's weights, optimizer and RNG state; returns (step, losses so far, train seconds so far),
     (0, [], 0.0) for a new run (resume_state None)."""
@@ -391,16 +406,7 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     eval_fn(model, optimizer) -> scores runs with the clock paused; scalars: a TensorBoard SummaryWriter or None."""
     device = next(model.parameters()).device
     rank, world_size = rank_and_world()
-    optimizer = make_optimizer(model, config.optimizer, config.lr, config.fused_optimizer, config.warmup_steps,
-                               config.sf_average_scale)
-    graphed = (GraphedTrainStep(model, optimizer, config.batch_size, *shape, device, amp=config.amp,
-                                grad_clip=config.grad_clip, compile=config.compile) if config.cuda_graphs else None)
-    timer = StepTimer(device, warmup_steps=config.timing_warmup,
-                      phases=("data", "step") if graphed else ("data", "forward", "backward", "optimizer"),
-                      compute_phases=("step",) if graphed else None)
-    # The profiled window starts after the timing warm-up: compilation and graph capture stay out of it.
-    profiler = (TrainingProfiler(device, out_dir=config.profile_dir, log_dir=config.tensorboard,
-                                 wait=max(1, config.timing_warmup)) if config.profile else None)
+    optimizer, graphed, timer, profiler = _step_machinery(model, config, shape, device)
     static_features = config.compile and 0 < shape[1] <= STATIC_FEATURE_COUNTS_MAX
     model.train()
     if hasattr(optimizer, "train"):
@@ -408,11 +414,13 @@ def train(model, loader, config: TrainConfig, *, shape=(0, 0), eval_fn=None, che
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     step, past_losses, past_seconds = _resume(model, optimizer, resume_state, config.ckpt)
-    losses, clock = LossLog(not config.async_loss, world_size, past_losses), Clock(config.time_budget, past_seconds)
+    losses = LossLog(not config.async_loss, world_size, past_losses)
+    clock = Clock(config.time_budget, past_seconds)
     run = _Run(config, model, optimizer, loader, losses, clock, timer, eval_fn, scalars, checkpoint_meta, device,
                rank, world_size)
     fingerprints, batches = [], iter(loader)
-    shares, num_classes = transform_shares(config), unwrap(model).config.num_outputs   # num_classes: for linear columns
+    shares = transform_shares(config)
+    num_classes = unwrap(model).config.num_outputs   # the prior transforms' linear columns need it
     try:
         with run.stop, (profiler or contextlib.nullcontext()):
             while config.time_budget > 0 or step < run.total:
