@@ -83,6 +83,28 @@ def test_readme_headline_figures_link_to_records_in_results():
             assert FIGURE.search(text.replace("*", "")), f"headline link '{text}' holds no figure"
 
 
+def _index_claims(index_text, pages):
+    """(folder, page) of each results/README.md index row whose last column names a page (README, docs/NAME.md)
+    that holds no link into that folder; pages: {name: text}."""
+    wrong = []
+    for line in index_text.splitlines():
+        row = re.match(r"\| \[([^\]]+/)\]\([^)]+\) \|", line)
+        if row:
+            cited_by = [c.strip() for c in line.strip().strip("|").split("|")[-1].split(",")]
+            wrong += [(row.group(1), page) for page in cited_by
+                      if page in pages and f"results/{row.group(1)}" not in pages[page]]
+    return wrong
+
+
+def test_the_results_index_names_only_pages_that_cite_each_folder():
+    pages = {"README": _read("README.md"), **{p: _read(p) for p in PAGES if p.startswith("docs/")}}
+    wrong = _index_claims(_read("results/README.md"), pages)
+    assert not wrong, "results/README.md says these pages cite these folders; they do not:\n" + "\n".join(
+        f"{folder}: {page}" for folder, page in wrong)
+    assert _index_claims("| [a/b/](a/b/x.md) | H100 | `c` | README, docs/x.md |", {"README": "results/a/b/y",
+                                                                                   "docs/x.md": ""}) == [("a/b/", "docs/x.md")]
+
+
 def test_the_checks_catch_a_broken_link_and_a_drifted_figure(tmp_path, monkeypatch):
     """The checker itself: a link to a missing file and a figure its record lacks are both reported."""
     (tmp_path / "results").mkdir()
