@@ -64,6 +64,11 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
                 self.state[first].update(lr_max=torch.zeros((), device=first.device),
                                          weight_sum=torch.zeros((), device=first.device))
 
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:   # load_state_dict keeps the saved groups: one saved before the option lacks it
+            group.setdefault("average_scale", 1.0)
+
     @torch.no_grad()
     def step(self, closure=None):
         for group in self.param_groups:
@@ -85,9 +90,8 @@ class FusedScheduleFreeAdamW(torch.optim.Optimizer):
                 ckp1 = weight / kept["weight_sum"].add_(weight)     # weight / weight_sum
             else:
                 ckp1 = 1.0 / k                                      # weight / weight_sum with a constant lr
-            scale = group.get("average_scale", 1.0)                 # absent from checkpoints before it existed
-            if scale != 1.0:
-                ckp1 = torch.clamp(ckp1 * scale, max=1.0)           # (), the average's weight on the newest z
+            if group["average_scale"] != 1.0:
+                ckp1 = torch.clamp(ckp1 * group["average_scale"], max=1.0)   # (), the average's weight on the newest z
             torch._foreach_mul_(sqs, beta2)
             torch._foreach_addcmul_(sqs, grads, grads, value=1 - beta2)
             denom = torch._foreach_mul(sqs, 1.0 / (1.0 - torch.pow(beta2, k)))   # bias-corrected second moment
