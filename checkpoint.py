@@ -181,6 +181,22 @@ def check_tensors(path, expected: dict, given: dict) -> None:
                               f"'{extra[0]}' is not in this model)")
 
 
+def load_weights(path: str, model) -> None:
+    """--init-from: `model` takes the weights a checkpoint evaluates with ("model": schedule-free's average; an
+    inference copy will do). The fields that change the math must match; CheckpointError (one line) otherwise."""
+    state = read_checkpoint(path)
+    stored, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: default
+    diff = [f"{k}={stored.get(k, default[k])!r} (this run: {v!r})" for k, v in asdict(unwrap(model).config).items()
+            if k not in SPEED_ONLY_FIELDS and stored.get(k, default[k]) != v]
+    if diff:
+        raise CheckpointError(f"--init-from {path} is a different model: {', '.join(diff)}")
+    weights = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state["model"].items()}
+    check_tensors(path, unwrap(model).state_dict(), weights)
+    if not all(bool(t.isfinite().all()) for t in weights.values() if t.is_floating_point()):
+        raise CheckpointError(f"--init-from {path} holds non-finite weights")
+    unwrap(model).load_state_dict(weights)
+
+
 def load_checkpoint(path: str, meta: dict) -> dict:
     """Reads a checkpoint, checks it can be resumed (check_resumable) and matches this run (`meta` as
     save_checkpoint takes it)."""

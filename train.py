@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, save_at_path,
-                        save_checkpoint, save_times, set_rng_state)
+from checkpoint import (CheckpointError, StopRequest, check_tensors, dump_identity, load_checkpoint, load_weights,
+                        save_at_path, save_checkpoint, save_times, set_rng_state)
 from dump_format import DumpError, batch_position, bin_paths, dump_content_digest, one_line
 import evaluation
 from graphed_step import GraphedTrainStep, inference_state_dict, make_optimizer, unwrap
@@ -106,6 +106,9 @@ class TrainConfig:
                              "<ckpt>-60s.pt and <ckpt>-180s.pt (a time-to-quality curve from one run)",
                          type=checked_type(str, "seconds > 0, comma-separated", lambda t: save_times(t) is not None))
     resume: bool = _flag(False, "continue the run stored in --ckpt exactly", action="store_true")
+    init_from: str = _flag("", "start from this checkpoint's model (fine-tuning: a new optimizer, this run's data from "
+                               "its start); the model flags must match. --resume of such a run reads --ckpt only",
+                           metavar="CKPT")
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
     compile: bool = False
@@ -552,6 +555,8 @@ def _build(config: TrainConfig, model_config: ModelConfig, loader_config: Loader
         consumed = resume_state["train_state"]["loader"]["consumed"]
     elif config.ckpt and os.path.exists(config.ckpt):
         raise CheckpointError(f"--ckpt {config.ckpt} exists; pass --resume to continue it or choose another path")
+    if config.init_from and not config.resume:
+        load_weights(config.init_from, model)
     loader = make_loader(info, config.batch_size, device, loader_config, rank=rank, world_size=world_size,
                          consumed=consumed)
     return model_config, model, loader, meta, resume_state

@@ -134,6 +134,31 @@ def test_resume_with_another_seed_is_refused_and_older_checkpoints_still_resume(
     assert train_optimized.main([*common, "--steps", "4", "--resume", "--seed", "2"]) == 0
 
 
+def test_init_from_starts_a_new_run_from_the_checkpoints_weights_and_refuses_another_model(dump, tmp_path, capsys):
+    """--init-from: step 1 runs on the checkpoint's evaluation weights (its first loss is the first run's model's loss
+    on that batch, not a fresh model's); another model is one line and nothing is written; --resume reads --ckpt."""
+    import train_optimized
+    from checkpoint import write_inference_copy
+    base, copy, tuned = tmp_path / "base.pt", tmp_path / "weights.pt", tmp_path / "tuned.pt"
+    common = ["--data", dump, *QUIET, "--seed", "4"]
+    assert train_optimized.main([*common, "--steps", "30", "--lr", "4e-3", "--ckpt", str(base)]) == 0
+    write_inference_copy(str(base), str(copy))
+    records = {}
+    for name, extra in (("fresh", []), ("tuned", ["--init-from", str(copy), "--ckpt", str(tuned)])):
+        records[name] = tmp_path / f"{name}.json"
+        assert train_optimized.main([*common, "--steps", "3", *extra, "--record", str(records[name])]) == 0
+    first = {name: json.loads(path.read_text())["extra"]["losses"][0] for name, path in records.items()}
+    assert first["tuned"] < first["fresh"] - 0.05, first           # 30 steps of training show in the first loss
+    capsys.readouterr()
+    assert train_optimized.main([*common, "--steps", "6", "--init-from", "missing.pt", "--ckpt", str(tuned),
+                                 "--resume"]) == 0                  # resume never reads --init-from
+    other = tmp_path / "other.pt"
+    assert train_optimized.main([*common, "--steps", "2", "--init-from", str(copy), "--embedding-size", "32",
+                                 "--ckpt", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "is a different model: embedding_size=" in err and err.strip().count("\n") == 0 and not other.exists()
+
+
 def test_a_checkpoint_from_before_sf_average_scale_resumes_only_with_scale_1(dump, tmp_path, capsys):
     """Checkpoints written before --sf-average-scale ran with 1: another scale is refused, 1 resumes."""
     import train_optimized
