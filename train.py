@@ -106,9 +106,9 @@ class TrainConfig:
                              "<ckpt>-60s.pt and <ckpt>-180s.pt (a time-to-quality curve from one run)",
                          type=checked_type(str, "seconds > 0, comma-separated", lambda t: save_times(t) is not None))
     resume: bool = _flag(False, "continue the run stored in --ckpt exactly", action="store_true")
-    init_from: str = _flag("", "start from this checkpoint's model (fine-tuning: a new optimizer, this run's data from "
-                               "its start); the model flags must match. --resume of such a run reads --ckpt only",
-                           metavar="CKPT")
+    init_from: str = _flag("", "start from this checkpoint's model (fine-tuning: a new optimizer, so add "
+                               "--warmup-steps; this run's data from its start); the model flags must match; "
+                               "--resume reads --ckpt only", metavar="CKPT")
     # train_optimized.py's step flags (off: the baseline step)
     amp: str = "off"                 # "bf16": autocast the forward; weights and loss stay fp32
     compile: bool = False
@@ -599,6 +599,9 @@ def start_lines(session: Session) -> list:
                   for name in TRANSFORM_FIELDS if getattr(c, name)]
     prior = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
              f"inside the clock)"] if transforms else []
+    if c.init_from and not c.resume:   # a fresh optimizer at full lr jolts trained weights (init-from's GPU record)
+        prior.append(f"init: the model starts from {c.init_from}'s weights, with a new optimizer"
+                     + ("" if c.warmup_steps else "; no --warmup-steps, so its first steps take the full lr"))
     return [f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"
             f" | device {session.device}{ranks}", *prior, f"plan: {plan}; log every {c.log_every} steps",
             *session.notices]

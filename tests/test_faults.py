@@ -148,6 +148,7 @@ def test_init_from_starts_a_new_run_from_the_checkpoints_weights_and_refuses_ano
         records[name] = tmp_path / f"{name}.json"
         assert train_optimized.main([*common, "--steps", "3", *extra, "--record", str(records[name])]) == 0
     first = {name: json.loads(path.read_text())["extra"]["losses"][0] for name, path in records.items()}
+    assert "init: the model starts from " in capsys.readouterr().out
     assert first["tuned"] < first["fresh"] - 0.05, first           # 30 steps of training show in the first loss
     capsys.readouterr()
     assert train_optimized.main([*common, "--steps", "6", "--init-from", "missing.pt", "--ckpt", str(tuned),
