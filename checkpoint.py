@@ -5,6 +5,7 @@ import os
 import pickle
 import pickletools
 import random
+import re
 import signal
 import warnings
 from dataclasses import asdict
@@ -181,16 +182,27 @@ def check_tensors(path, expected: dict, given: dict) -> None:
                               f"'{extra[0]}' is not in this model)")
 
 
+def model_differences(stored: dict, current: dict) -> list:
+    """'field=stored (this run: current)' for each field that changes the math and differs; a field older
+    checkpoints lack takes its default."""
+    default = asdict(ModelConfig())
+    return [f"{k}={stored.get(k, default[k])!r} (this run: {v!r})" for k, v in current.items()
+            if k not in SPEED_ONLY_FIELDS and stored.get(k, default[k]) != v]
+
+
+def plain_names(weights: dict) -> dict:
+    """A state dict without torch.compile's "_orig_mod." and DDP's "module." name prefixes."""
+    return {re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in weights.items()}
+
+
 def load_weights(path: str, model) -> None:
     """--init-from: `model` takes the weights a checkpoint evaluates with ("model": schedule-free's average; an
     inference copy will do). The fields that change the math must match; CheckpointError (one line) otherwise."""
     state = read_checkpoint(path)
-    stored, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: default
-    diff = [f"{k}={stored.get(k, default[k])!r} (this run: {v!r})" for k, v in asdict(unwrap(model).config).items()
-            if k not in SPEED_ONLY_FIELDS and stored.get(k, default[k]) != v]
+    diff = model_differences(state["model_config"], asdict(unwrap(model).config))
     if diff:
         raise CheckpointError(f"--init-from {path} is a different model: {', '.join(diff)}")
-    weights = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state["model"].items()}
+    weights = plain_names(state["model"])
     check_tensors(path, unwrap(model).state_dict(), weights)
     if not all(bool(t.isfinite().all()) for t in weights.values() if t.is_floating_point()):
         raise CheckpointError(f"--init-from {path} holds non-finite weights")
@@ -202,9 +214,7 @@ def load_checkpoint(path: str, meta: dict) -> dict:
     save_checkpoint takes it)."""
     state = read_checkpoint(path)
     check_resumable(path, state)
-    stored_config, default = state["model_config"], asdict(ModelConfig())   # a field older checkpoints lack: default
-    diff = [f"{k}={stored_config.get(k, default[k])!r} (this run: {v!r})" for k, v in meta["model_config"].items()
-            if k not in SPEED_ONLY_FIELDS and stored_config.get(k, default[k]) != v]
+    diff = model_differences(state["model_config"], meta["model_config"])
     if diff:
         raise CheckpointError(f"checkpoint {path} is for a different model: {', '.join(diff)}")
     if state.get("optimizer") != meta["optimizer"]:

@@ -6,7 +6,6 @@ quantile-normalises for k odd and shifts the class indices by k // 2 mod K (the 
 table's first members see both views)."""
 import contextlib
 import math
-import re
 import warnings
 from dataclasses import fields
 
@@ -17,7 +16,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.utils.multiclass import type_of_target
 
-from checkpoint import read_checkpoint
+from checkpoint import plain_names, read_checkpoint
 from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 from prior_transforms import LINEAR_FOLDS, linear_column_count
 
@@ -71,8 +70,8 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
                                             last_layer_target_only=not mha))
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: bad model_config: {error}") from None
-    try:   # names without torch.compile's "_orig_mod." and DDP's "module." prefixes
-        model.load_state_dict({re.sub(r"^(_orig_mod\.|module\.)+", "", k): v for k, v in state["model"].items()})
+    try:
+        model.load_state_dict(plain_names(state["model"]))
     except (RuntimeError, TypeError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         detail = (lines[1:] or lines)[0].strip()

@@ -597,13 +597,13 @@ def start_lines(session: Session) -> list:
             else f"{c.steps} steps (ETA on each log line)")
     transforms = [f"--{name.replace('_', '-')} {getattr(c, name):g}"
                   for name in TRANSFORM_FIELDS if getattr(c, name)]
-    prior = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
-             f"inside the clock)"] if transforms else []
+    before = [f"prior: the dump's tables transformed per batch by {', '.join(transforms)} (in the data phase, "
+              f"inside the clock)"] if transforms else []
     if c.init_from and not c.resume:   # a fresh optimizer at full lr jolts trained weights (init-from's GPU record)
-        prior.append(f"init: the model starts from {c.init_from}'s weights, with a new optimizer"
+        before.append(f"init: the model starts from {c.init_from}'s weights, with a new optimizer"
                      + ("" if c.warmup_steps else "; no --warmup-steps, so its first steps take the full lr"))
     return [f"data: {info.path} ({info.num_datasets} datasets of {info.rows} rows x {info.features} features)"
-            f" | device {session.device}{ranks}", *prior, f"plan: {plan}; log every {c.log_every} steps",
+            f" | device {session.device}{ranks}", *before, f"plan: {plan}; log every {c.log_every} steps",
             *session.notices]
 
 
