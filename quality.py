@@ -5,6 +5,7 @@
     python quality.py curve --out results/DIR/curve OUT1.json OUT2.json ...   # curve.md and curve.png
     python quality.py run --minutes 1,3,10,30 --seeds 0,1 --out runs/curve    # all three: train, score, curve
     python quality.py margin A1.json ... [--from B1.json ...]   # per-task gains over baselines (or B), intervals
+                                                               # (--metric log_loss: the same in log loss)
     python quality.py latency --out OUT.json [CKPT]   # fit + predict_proba time (default: the large preset)
 
 `score` reads only the caches (data/real_suite.npz, data/real_heldout.npz, data/baselines-*.json): it imports
@@ -384,44 +385,49 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
             "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
 
 
-def mean_per_task(records) -> dict:
-    """task -> the records' mean ROC AUC (one checkpoint per record), suite and held-out tasks together."""
+PER_TASK = {"roc_auc": "per_task", "log_loss": "per_task_log_loss"}   # margin --metric -> a result's per-task key
+
+
+def mean_per_task(records, metric: str = "roc_auc") -> dict:
+    """task -> the records' mean ROC AUC or log loss (one checkpoint per record), suite and held-out tasks together."""
     scores = {}
     for record in records:
         (result,) = record["results"].values()
         for scope in SUITES:
-            for task, auc in evaluation.from_stored(result[scope])["per_task"].items():
-                scores.setdefault(task, []).append(auc)
-    return {task: float(np.mean(aucs)) for task, aucs in scores.items()}
+            for task, value in evaluation.from_stored(result[scope])[PER_TASK[metric]].items():
+                scores.setdefault(task, []).append(value)
+    return {task: float(np.mean(values)) for task, values in scores.items()}
 
 
-def margin_cell(difference, resamples: int = 10_000) -> str:
-    """Per-task differences (n,) as "mean [95% paired bootstrap interval over tasks] won-lost" (generator seed 0)."""
+def margin_cell(difference, resamples: int = 10_000, better: int = 1) -> str:
+    """Per-task differences (n,) as "mean [95% paired bootstrap interval over tasks] won-lost" (generator seed 0);
+    better = -1 where a lower value wins (log loss)."""
     picks = np.random.default_rng(0).integers(0, len(difference), (resamples, len(difference)))
     low, high = np.percentile(difference[picks].mean(1), [2.5, 97.5])
     # a tie is a tie: means of equal scores taken in another order can differ in the last bit (2e-16)
-    won, lost = int((difference > TIE).sum()), int((difference < -TIE).sum())
+    won, lost = int((better * difference > TIE).sum()), int((better * difference < -TIE).sum())
     return f"{difference.mean():+.4f} [{low:+.4f}, {high:+.4f}] {won}-{lost}"
 
 
-def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_records=None) -> list:
+def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_records=None,
+                 metric: str = "roc_auc") -> list:
     """A markdown table: per group (all, multiclass, wide, held out, few and many training rows) the records'
-    per-task ROC AUC (mean over the records, e.g. seeds) minus each baseline's, or minus base_records' (another run or
-    point, e.g. 10 minutes where the records are 20), as the mean over tasks with a 95% paired bootstrap interval over
-    tasks (`resamples` resamples, generator seed 0) and the tasks won-lost."""
+    per-task ROC AUC or log loss (mean over the records, e.g. seeds) minus each baseline's, or minus base_records'
+    (another run or point, e.g. 10 minutes where the records are 20), as the mean over tasks with a 95% paired
+    bootstrap interval over tasks (`resamples` resamples, generator seed 0) and the tasks won-lost."""
     tasks, baselines = load_cached(records[0]["splits_per_task"])   # the baselines on the records' splits
     train_rows = {t.name: len(t.splits[0][0]) for t in tasks["suite"] + tasks["heldout"]}
     groups = {**{g: names for g, names in group_names(tasks["suite"] + tasks["heldout"]).items() if g != "binary"},
               "held out": {t.name for t in tasks["heldout"]},
               f"< {FEW_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n < FEW_TRAIN_ROWS},
               f">= {MANY_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n >= MANY_TRAIN_ROWS}}
-    ours = mean_per_task(records)
+    ours, key, better = mean_per_task(records, metric), PER_TASK[metric], -1 if metric == "log_loss" else 1
     if base_records:
         (name,), minutes = base_records[0]["results"].keys(), {point[1] for point in curve_points(base_records)}
         label = f"{name}" + (f" at {minutes.pop():g} min" if len(minutes) == 1 and None not in minutes else "")
-        rows = {label: mean_per_task(base_records)}
+        rows = {label: mean_per_task(base_records, metric)}
     else:
-        rows = {b: {**baselines["suite"][b]["per_task"], **baselines["heldout"][b]["per_task"]} for b in against}
+        rows = {b: {**baselines["suite"][b][key], **baselines["heldout"][b][key]} for b in against}
     lines = ["| against | " + " | ".join(f"{g} ({len(names)})" for g, names in groups.items()) + " |",
              "|---|" + "---|" * len(groups)]
     for label, theirs in rows.items():
@@ -429,9 +435,10 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
         for names in groups.values():
             difference = np.array([ours[t] - theirs[t] for t in sorted(names & ours.keys() & theirs.keys())])
             # a group with no task the records scored: a dash
-            cells.append(margin_cell(difference, resamples) if len(difference) else "—")
+            cells.append(margin_cell(difference, resamples, better) if len(difference) else "—")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + [f"\nEach cell: mean difference in ROC AUC [95% bootstrap interval over tasks, {resamples} "
+    what = "ROC AUC" if metric == "roc_auc" else "log loss (below zero: lower, better)"
+    return lines + [f"\nEach cell: mean difference in {what} [95% bootstrap interval over tasks, {resamples} "
                     f"resamples] tasks won-lost; {len(records)} record(s) averaged per task"
                     + (f", {len(base_records)} on the other side." if base_records else ".")]
 
@@ -474,6 +481,8 @@ def parse_args(argv=None):
     margin.add_argument("--from", dest="base", nargs="+", metavar="RECORD", default=None,
                         help="compare with these records (another run's seeds, or the same run at fewer minutes) "
                              "in place of the baselines")
+    margin.add_argument("--metric", choices=list(PER_TASK), default="roc_auc",
+                        help="roc_auc (default) or log_loss: the per-task score the margins compare")
     margin.add_argument("records", nargs="*", help="score records of one run (its seeds), one checkpoint each; "
                                                   "before --from, which takes every path after it")
     timing = commands.add_parser("latency", help="time fit + predict_proba of a 500 x 20 table (GPU target 100 ms)")
@@ -546,7 +555,7 @@ def main(argv=None) -> int:
                             "number of splits")
             if not base and set(against) - set(evaluation.BASELINE_SETTINGS):
                 return fail(f"--against takes baselines among {', '.join(evaluation.BASELINE_SETTINGS)}, got {against}")
-            print("\n".join(margin_lines(records, against, base_records=base)))
+            print("\n".join(margin_lines(records, against, base_records=base, metric=args.metric)))
     except (ValueError, OSError, RuntimeError) as error:
         return fail(error)
     return 0

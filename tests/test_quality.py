@@ -139,6 +139,14 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
     low, high = (float(v) for v in cells[1].split("[")[1].split("]")[0].split(", "))
     assert min(difference) <= low <= np.mean(difference) <= high <= max(difference)
     assert cells[1].endswith(f"{sum(d > 0 for d in difference)}-{sum(d < 0 for d in difference)}")
+    # --metric log_loss: the same in log loss, and a task is won where ours is lower
+    assert quality.main(["margin", "--against", "knn", "--metric", "log_loss", *records]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    knn = {**baselines["suite"]["knn"]["per_task_log_loss"], **baselines["heldout"]["knn"]["per_task_log_loss"]}
+    difference = [np.mean([o[s]["per_task_log_loss"][t] for o in ours]) - knn[t] for s in ("suite", "heldout")
+                  for t in ours[0][s]["per_task_log_loss"]]
+    assert lines[2].split(" | ")[1].startswith(f"{np.mean(difference):+.4f} [") and "in log loss" in lines[4]
+    assert lines[2].split(" | ")[1].endswith(f"{sum(d < 0 for d in difference)}-{sum(d > 0 for d in difference)}")
     # --from: the other side is another record set, paired by task (here seed 1 against seed 0)
     assert quality.main(["margin", records[1], "--from", records[0]]) == 0
     lines = capsys.readouterr().out.splitlines()

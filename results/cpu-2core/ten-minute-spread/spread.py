@@ -31,6 +31,7 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
     "1024-row tables and average x 10": ("nvidia-h200/rows-average", "rowsavg"),
     "half real tables": ("nvidia-h200/real-half", "half"),
     "periodic cell features": ("nvidia-h200/periodic-medium", "periodic"),
+    "7 min prior, 3 min real tables only": ("nvidia-h200/real-phase", "phase"),
 }
 
 
