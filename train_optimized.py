@@ -16,8 +16,9 @@ from model import (ATTENTIONS, FA4_HEAD_DIMS, FEATURE_ATTENTIONS, FEATURE_ENCODI
                    ModelConfig)
 from prior_dump import SPEC_PREFIX
 from runtime import UsageError, cuda_requested, fail, quiet_other_ranks, world_size
-from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, TrainConfig, build_parser as train_parser, execute, fill_model_size,
-                   from_flags, positive_float, positive_int, prepare, resolve_data, start_lines)
+from train import (NO_OPTIMIZATIONS, SETUP_ERRORS, build_parser as train_parser, execute, fill_model_size, from_flags,
+                   prepare, resolve_data, start_lines)
+from train_config import TrainConfig, positive_float, positive_int
 
 # --fast, measured on an H100/H200 by benchmark.py (results/, docs/speed.md). Without triton, graphs (flex) win on
 # short tables (launch-bound) and sliced FlashAttention-2 on long ones, so that choice goes by length.

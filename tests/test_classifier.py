@@ -12,7 +12,7 @@ import torch
 
 import classifier as C
 from classifier import NanoTabPFNClassifier
-from model import ModelConfig, NanoTabPFNModel
+from model import NanoTabPFNModel
 
 # Tests of the other mechanisms see only the columns those give; the linear and forest columns have their own tests.
 Plain = functools.partial(NanoTabPFNClassifier, linear_columns=False, forest_columns=False)

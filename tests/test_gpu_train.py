@@ -1,7 +1,6 @@
 """GPU-only checks of the speed levers: the captured CUDA-graph step, compile, bf16 and the fused
 optimizer give the losses of the eager fp32 step (within the precision each one uses)."""
 import json
-import os
 
 import pytest
 import torch

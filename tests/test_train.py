@@ -323,10 +323,11 @@ def test_eval_time_is_not_training_time_when_a_budget_ends_the_run(dump):
     import train as T
     from loaders import LoaderConfig, make_loader
     from model import NanoTabPFNModel
+    from train_config import TrainConfig
     torch.manual_seed(0)
     model = NanoTabPFNModel()
     loader = make_loader(dump, 4, torch.device("cpu"), LoaderConfig())
-    config = T.TrainConfig(batch_size=4, time_budget=3.0, eval_every="1", log_every=2, timing_warmup=0)
+    config = TrainConfig(batch_size=4, time_budget=3.0, eval_every="1", log_every=2, timing_warmup=0)
     calls = []
 
     def slow_eval(model, optimizer):   # the first eval takes 6 s, twice the whole budget
@@ -445,7 +446,7 @@ def test_the_start_block_says_the_graphed_ddp_step_runs_under_torchrun():
     import torch
     import train_optimized
     from model import ModelConfig
-    from train import TrainConfig
+    from train_config import TrainConfig
     loader = types.SimpleNamespace(describe=lambda: {"path": "resident-cuda", "loader": "resident", "notes": []})
     for world_size, said in ((1, False), (2, True)):
         session = types.SimpleNamespace(config=TrainConfig(cuda_graphs=True, fused_optimizer=True), world_size=world_size,
@@ -493,7 +494,6 @@ def test_graphed_step_buffers_are_zero_beyond_every_batch():
     (not the previous batch) in the padding."""
     from loaders import Batch
     from model import NanoTabPFNModel
-    import train
     from graphed_step import FusedScheduleFreeAdamW, GraphedTrainStep
     model = NanoTabPFNModel(attention="sdpa", embedding_size=16, mlp_hidden_size=16, num_layers=1)
     optimizer = FusedScheduleFreeAdamW(model.parameters(), lr=1e-3)
@@ -526,7 +526,8 @@ def test_tensorboard_event_file_holds_the_loss_scalars(dump, tmp_path):
 
 
 def test_cpu_run_without_a_schedule_gets_a_short_budget_and_says_so():
-    from train import CPU_DEFAULT_BUDGET, UPSTREAM_STEPS, TrainConfig, _schedule
+    from train import _schedule
+    from train_config import CPU_DEFAULT_BUDGET, UPSTREAM_STEPS, TrainConfig
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     config = TrainConfig()
     notices = _schedule(config, cpu)
@@ -590,7 +591,7 @@ def test_two_node_c10d_rendezvous_and_graphed_ddp_step_match_ddp(dump, tmp_path)
 
 
 def test_eval_every_takes_steps_or_seconds():
-    from train import eval_interval
+    from train_config import eval_interval
     assert eval_interval("2000") == (2000, 0.0) and eval_interval("30s") == (0, 30.0) and eval_interval("0") == (0, 0.0)
     for bad in ("-1", "xs", "nan"):
         with pytest.raises(ValueError):
