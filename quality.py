@@ -394,7 +394,11 @@ def mean_per_task(records, metric: str = "roc_auc") -> dict:
     for record in records:
         (result,) = record["results"].values()
         for scope in SUITES:
-            for task, value in evaluation.from_stored(result[scope])[PER_TASK[metric]].items():
+            stored = evaluation.from_stored(result[scope])
+            if PER_TASK[metric] not in stored:
+                raise ValueError(f"margin --metric {metric}: a record holds no per-task {metric} (written before it "
+                                 "was stored)")
+            for task, value in stored[PER_TASK[metric]].items():
                 scores.setdefault(task, []).append(value)
     return {task: float(np.mean(values)) for task, values in scores.items()}
 

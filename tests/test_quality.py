@@ -147,6 +147,12 @@ def test_margin_is_the_mean_difference_over_tasks_with_its_interval(caches, tmp_
                   for t in ours[0][s]["per_task_log_loss"]]
     assert lines[2].split(" | ")[1].startswith(f"{np.mean(difference):+.4f} [") and "in log loss" in lines[4]
     assert lines[2].split(" | ")[1].endswith(f"{sum(d < 0 for d in difference)}-{sum(d > 0 for d in difference)}")
+    lossless = json.load(open(records[0]))
+    for kept in lossless["results"]["ten"].values():
+        kept.pop("log_loss_per_split")
+    json.dump(lossless, open(tmp_path / "lossless.json", "w"))
+    assert quality.main(["margin", "--against", "knn", "--metric", "log_loss", str(tmp_path / "lossless.json")]) == 2
+    assert "holds no per-task log_loss" in capsys.readouterr().err
     # --from: the other side is another record set, paired by task (here seed 1 against seed 0)
     assert quality.main(["margin", records[1], "--from", records[0]]) == 0
     lines = capsys.readouterr().out.splitlines()
