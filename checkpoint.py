@@ -160,9 +160,14 @@ def check_resumable(path, state: dict) -> None:
         for name, t in weights.items():
             if not isinstance(t, torch.Tensor):
                 raise CheckpointError(f"checkpoint {path}: {where} '{name}' is a {type(t).__name__}, not a tensor")
-            if t.is_floating_point() and not bool(t.isfinite().all()):
-                raise CheckpointError(f"checkpoint {path} holds non-finite weights ({where} '{name}'); it cannot "
-                                      "be resumed")
+        bad = first_non_finite(weights)
+        if bad is not None:
+            raise CheckpointError(f"checkpoint {path} holds non-finite weights ({where} '{bad}'); it cannot be resumed")
+
+
+def first_non_finite(weights: dict) -> str | None:
+    """The name of the first floating-point tensor of a state dict that holds NaN or inf; None when all are finite."""
+    return next((name for name, t in weights.items() if t.is_floating_point() and not bool(t.isfinite().all())), None)
 
 
 def check_tensors(path, expected: dict, given: dict) -> None:
@@ -198,15 +203,16 @@ def plain_names(weights: dict) -> dict:
 def load_weights(path: str, model) -> None:
     """--init-from: `model` takes the weights a checkpoint evaluates with ("model": schedule-free's average; an
     inference copy will do). The fields that change the math must match; CheckpointError (one line) otherwise."""
-    state = read_checkpoint(path)
-    diff = model_differences(state["model_config"], asdict(unwrap(model).config))
+    state, model = read_checkpoint(path), unwrap(model)
+    diff = model_differences(state["model_config"], asdict(model.config))
     if diff:
         raise CheckpointError(f"--init-from {path} is a different model: {', '.join(diff)}")
     weights = plain_names(state["model"])
-    check_tensors(path, unwrap(model).state_dict(), weights)
-    if not all(bool(t.isfinite().all()) for t in weights.values() if t.is_floating_point()):
-        raise CheckpointError(f"--init-from {path} holds non-finite weights")
-    unwrap(model).load_state_dict(weights)
+    check_tensors(path, model.state_dict(), weights)
+    bad = first_non_finite(weights)
+    if bad is not None:
+        raise CheckpointError(f"--init-from {path} holds non-finite weights ('{bad}')")
+    model.load_state_dict(weights)
 
 
 def load_checkpoint(path: str, meta: dict) -> dict:

@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 from sklearn.utils.multiclass import type_of_target
 
-from checkpoint import plain_names, read_checkpoint
+from checkpoint import first_non_finite, plain_names, read_checkpoint
 from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 from prior_transforms import LINEAR_FOLDS, linear_column_count
 
@@ -76,7 +76,7 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
         lines = str(error).strip().splitlines() or [type(error).__name__]
         detail = (lines[1:] or lines)[0].strip()
         raise ValueError(f"checkpoint {path}: its tensors do not match its model_config ({detail[:200]})") from None
-    if not all(torch.isfinite(p).all() for p in model.state_dict().values() if p.is_floating_point()):
+    if first_non_finite(model.state_dict()) is not None:
         raise ValueError(f"checkpoint {path} holds non-finite weights")
     return model
 

@@ -158,6 +158,13 @@ def test_init_from_starts_a_new_run_from_the_checkpoints_weights_and_refuses_ano
                                  "--ckpt", str(other)]) == 2
     err = capsys.readouterr().err
     assert "is a different model: embedding_size=" in err and err.strip().count("\n") == 0 and not other.exists()
+    state = torch.load(copy, weights_only=True)
+    name = next(iter(state["model"]))
+    state["model"][name][0] = float("nan")
+    torch.save(state, copy)
+    assert train_optimized.main([*common, "--steps", "2", "--init-from", str(copy), "--ckpt", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"holds non-finite weights ('{name}')" in err and err.strip().count("\n") == 0 and not other.exists()
 
 
 def test_a_checkpoint_from_before_sf_average_scale_resumes_only_with_scale_1(dump, tmp_path, capsys):
