@@ -20,7 +20,7 @@ export PYTHONPATH=/tmp/site:$PWD/runs/cbsite
   nproc; } > "$OUT/gpu-$part.txt" 2>&1
 { git log -1 --format='git %H'; sha256sum ./*.py tests/*.py; } > "$OUT/code-$part.txt"
 if [ "$part" = 3 ]; then
-  python3 -c "import kvikio, gds; print('kvikio', kvikio.__version__, 'path', *gds.kvikio_io_path(kvikio))" \
+  python3 -c "import gds; kvikio, _ = gds.import_kvikio(); print('kvikio', kvikio.__version__, 'path', *gds.kvikio_io_path(kvikio))" \
     >> "$OUT/gpu-$part.txt" 2>&1
   timeout 560 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_profile_utils.py tests/test_gpu_loaders.py \
     2>&1 | tee "$OUT/gpu-tests-$part.log"
