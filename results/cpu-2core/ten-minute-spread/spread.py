@@ -1,6 +1,7 @@
 """Every 10-minute configuration scored with the classifier of now (linear columns, no forest columns), from the
 committed score records: each one's mean ROC AUC over 104 tasks, and how far it moves each task from the recipe
-against how far another seed of the recipe moves it. Run from the repository root; writes nothing (spread.log)."""
+against how far another seed of the recipe moves it, and its mean on the 12 wide tables (>= 20 features) beside
+CatBoost's (each record's own summary). Run from the repository root; writes nothing (spread.log)."""
 import json
 import pathlib
 import sys
@@ -35,10 +36,20 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
 }
 
 
+def read(directory, name, seed):
+    return json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
+
+
 def per_task(directory, name, seed):
     """{task: mean ROC AUC over its splits} of one score record (quality.mean_per_task), and the commit that scored it."""
-    record = json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
+    record = read(directory, name, seed)
     return quality.mean_per_task([record]), record["commit"][:7]
+
+
+def wide(directory, name, seed):
+    """(the run's, CatBoost's) mean ROC AUC on the wide tables, from the record's summary."""
+    methods = read(directory, name, seed)["summary"][name]["overall"]["wide"]["methods"]
+    return methods[name]["roc_auc"], methods["catboost"]["roc_auc"]
 
 
 def main():
@@ -47,18 +58,21 @@ def main():
     tasks = sorted(reference[0])
     as_array = lambda scores: np.array([scores[t] for t in tasks])
     print(f"{len(tasks)} tasks; |d| = mean over tasks of |ROC AUC - the recipe's (one H200) of the same seed|")
-    print(f"{'configuration':38s} {'commits':17s} {'s0':>7s} {'s1':>7s} {'mean':>7s} {'|d| s0':>7s} {'|d| s1':>7s}")
-    means = []
+    print(f"{'configuration':38s} {'commits':17s} {'s0':>7s} {'s1':>7s} {'mean':>7s} {'|d| s0':>7s} {'|d| s1':>7s}"
+          f" {'wide':>7s} {'-CatB.':>7s}")
+    means, wides = [], []
     for label, pair in table.items():
         scores = [as_array(s) for s, _ in pair]
         moved = [np.abs(scores[i] - as_array(reference[i])).mean() for i in (0, 1)]
         means.append(np.mean([s.mean() for s in scores]))
+        ours, catboost = np.mean([wide(*RUNS[label], seed) for seed in (0, 1)], axis=0)
+        wides.append(ours)
         print(f"{label:38s} {','.join(sorted({c for _, c in pair})):17s} {scores[0].mean():7.4f} {scores[1].mean():7.4f} "
-              f"{means[-1]:7.4f} {moved[0]:7.4f} {moved[1]:7.4f}")
+              f"{means[-1]:7.4f} {moved[0]:7.4f} {moved[1]:7.4f} {ours:7.4f} {ours - catboost:+7.4f}")
     seed_moved = np.abs(as_array(reference[0]) - as_array(reference[1])).mean()
     print(f"the recipe's seed 1 against its seed 0: |d| {seed_moved:.4f}")
     print(f"two-seed means of the {len(means)} configurations: {min(means):.4f} to {max(means):.4f}, "
-          f"median {np.median(means):.4f}")
+          f"median {np.median(means):.4f}; on the wide tables {min(wides):.4f} to {max(wides):.4f}")
 
 
 if __name__ == "__main__":
