@@ -385,20 +385,22 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
             "repeats": repeats, "warmup": warmup, "target_ms": LATENCY_TARGET_MS, "rows": rows}
 
 
-PER_TASK = {"roc_auc": "per_task", "log_loss": "per_task_log_loss"}   # margin --metric -> a result's per-task key
+# margin --metric -> (a result's per-task key, +1 where higher wins or -1 where lower wins, the table's words)
+METRICS = {"roc_auc": ("per_task", 1, "ROC AUC"),
+           "log_loss": ("per_task_log_loss", -1, "log loss (below zero: lower, better)")}
 
 
 def mean_per_task(records, metric: str = "roc_auc") -> dict:
     """task -> the records' mean ROC AUC or log loss (one checkpoint per record), suite and held-out tasks together."""
-    scores = {}
+    scores, key = {}, METRICS[metric][0]
     for record in records:
         (result,) = record["results"].values()
         for scope in SUITES:
             stored = evaluation.from_stored(result[scope])
-            if PER_TASK[metric] not in stored:
+            if key not in stored:
                 raise ValueError(f"margin --metric {metric}: a record holds no per-task {metric} (written before it "
                                  "was stored)")
-            for task, value in stored[PER_TASK[metric]].items():
+            for task, value in stored[key].items():
                 scores.setdefault(task, []).append(value)
     return {task: float(np.mean(values)) for task, values in scores.items()}
 
@@ -425,7 +427,7 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
               "held out": {t.name for t in tasks["heldout"]},
               f"< {FEW_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n < FEW_TRAIN_ROWS},
               f">= {MANY_TRAIN_ROWS} train rows": {t for t, n in train_rows.items() if n >= MANY_TRAIN_ROWS}}
-    ours, key, better = mean_per_task(records, metric), PER_TASK[metric], -1 if metric == "log_loss" else 1
+    ours, (key, better, what) = mean_per_task(records, metric), METRICS[metric]
     if base_records:
         (name,), minutes = base_records[0]["results"].keys(), {point[1] for point in curve_points(base_records)}
         label = f"{name}" + (f" at {minutes.pop():g} min" if len(minutes) == 1 and None not in minutes else "")
@@ -441,7 +443,6 @@ def margin_lines(records, against=MARGIN_AGAINST, resamples: int = 10_000, base_
             # a group with no task the records scored: a dash
             cells.append(margin_cell(difference, resamples, better) if len(difference) else "—")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    what = "ROC AUC" if metric == "roc_auc" else "log loss (below zero: lower, better)"
     return lines + [f"\nEach cell: mean difference in {what} [95% bootstrap interval over tasks, {resamples} "
                     f"resamples] tasks won-lost; {len(records)} record(s) averaged per task"
                     + (f", {len(base_records)} on the other side." if base_records else ".")]
@@ -485,7 +486,7 @@ def parse_args(argv=None):
     margin.add_argument("--from", dest="base", nargs="+", metavar="RECORD", default=None,
                         help="compare with these records (another run's seeds, or the same run at fewer minutes) "
                              "in place of the baselines")
-    margin.add_argument("--metric", choices=list(PER_TASK), default="roc_auc",
+    margin.add_argument("--metric", choices=list(METRICS), default="roc_auc",
                         help="roc_auc (default) or log_loss: the per-task score the margins compare")
     margin.add_argument("records", nargs="*", help="score records of one run (its seeds), one checkpoint each; "
                                                   "before --from, which takes every path after it")
