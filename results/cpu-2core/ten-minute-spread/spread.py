@@ -36,25 +36,17 @@ RUNS = {   # configuration: (directory, record name), seeds 0 and 1 unless named
 }
 
 
-def read(directory, name, seed):
-    return json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
-
-
 def per_task(directory, name, seed):
-    """{task: mean ROC AUC over its splits} of one score record (quality.mean_per_task), and the commit that scored it."""
-    record = read(directory, name, seed)
-    return quality.mean_per_task([record]), record["commit"][:7]
-
-
-def wide(directory, name, seed):
-    """(the run's, CatBoost's) mean ROC AUC on the wide tables, from the record's summary."""
-    methods = read(directory, name, seed)["summary"][name]["overall"]["wide"]["methods"]
-    return methods[name]["roc_auc"], methods["catboost"]["roc_auc"]
+    """From one score record: {task: mean ROC AUC over its splits} (quality.mean_per_task), the commit that scored it,
+    and (the run's, CatBoost's) mean ROC AUC on the wide tables (the record's summary)."""
+    record = json.loads((R / directory / f"score-{name}-s{seed}-600s.json").read_text())
+    wide = record["summary"][name]["overall"]["wide"]["methods"]
+    return quality.mean_per_task([record]), record["commit"][:7], (wide[name]["roc_auc"], wide["catboost"]["roc_auc"])
 
 
 def main():
     table = {label: [per_task(d, n, s) for s in (0, 1)] for label, (d, n) in RUNS.items()}
-    reference = [scores for scores, _ in table["recipe (medium, one H200)"]]
+    reference = [scores for scores, _, _ in table["recipe (medium, one H200)"]]
     tasks = sorted(reference[0])
     as_array = lambda scores: np.array([scores[t] for t in tasks])
     print(f"{len(tasks)} tasks; |d| = mean over tasks of |ROC AUC - the recipe's (one H200) of the same seed|")
@@ -62,12 +54,12 @@ def main():
           f" {'wide':>7s} {'-CatB.':>7s}")
     means, wides = [], []
     for label, pair in table.items():
-        scores = [as_array(s) for s, _ in pair]
+        scores = [as_array(s) for s, _, _ in pair]
         moved = [np.abs(scores[i] - as_array(reference[i])).mean() for i in (0, 1)]
         means.append(np.mean([s.mean() for s in scores]))
-        ours, catboost = np.mean([wide(*RUNS[label], seed) for seed in (0, 1)], axis=0)
+        ours, catboost = np.mean([wide for _, _, wide in pair], axis=0)
         wides.append(ours)
-        print(f"{label:38s} {','.join(sorted({c for _, c in pair})):17s} {scores[0].mean():7.4f} {scores[1].mean():7.4f} "
+        print(f"{label:38s} {','.join(sorted({c for _, c, _ in pair})):17s} {scores[0].mean():7.4f} {scores[1].mean():7.4f} "
               f"{means[-1]:7.4f} {moved[0]:7.4f} {moved[1]:7.4f} {ours:7.4f} {ours - catboost:+7.4f}")
     seed_moved = np.abs(as_array(reference[0]) - as_array(reference[1])).mean()
     print(f"the recipe's seed 1 against its seed 0: |d| {seed_moved:.4f}")
