@@ -76,8 +76,9 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
         lines = str(error).strip().splitlines() or [type(error).__name__]
         detail = (lines[1:] or lines)[0].strip()
         raise ValueError(f"checkpoint {path}: its tensors do not match its model_config ({detail[:200]})") from None
-    if first_non_finite(model.state_dict()) is not None:
-        raise ValueError(f"checkpoint {path} holds non-finite weights")
+    bad = first_non_finite(model.state_dict())
+    if bad is not None:
+        raise ValueError(f"checkpoint {path} holds non-finite weights ('{bad}')")
     return model
 
 

@@ -460,6 +460,7 @@ def test_from_checkpoint_content_errors(tmp_path):
         broken.decoder.linear2.weight[0, 0] = float("nan")
     save_checkpoint(path, broken)
     one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="non-finite")
+    one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match=r"\('decoder\.linear2\.weight'\)")
     torch.save([1, 2, 3], path)
     one_line_error(ValueError, NanoTabPFNClassifier.from_checkpoint, path, match="expected a dict")
 
