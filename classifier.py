@@ -21,7 +21,8 @@ from model import SIZE_FIELDS, SPEED_ONLY_FIELDS, ModelConfig, NanoTabPFNModel
 from prior_transforms import LINEAR_FOLDS, linear_column_count
 
 INFERENCE_ATTENTION = "sdpa"   # the same math as "mha", faster on CPU and GPU
-INFERENCE_FEATURE_ATTENTION = "matmul"   # faster than SDPA for a few columns on the CPU (docs/real-data.md)
+# what --fast trains with past 7 columns; on a CPU as fast as SDPA (results/cpu-2core/inference)
+INFERENCE_FEATURE_ATTENTION = "matmul"
 OLD_SPEED_FIELDS = ("padded_attention", "checkpoint", "sdpa_backend")   # older checkpoints' kernel choices
 # auto: bf16 on a GPU (half the time of fp32 with the same scores, results/nvidia-h100/latency-bf16), fp32 on a CPU,
 # where bf16 is faster only with bf16 dot products (AVX512-BF16, AMX)
