@@ -54,6 +54,14 @@ def resolved_autocast(autocast: str, device_type: str) -> str:
     return ("bf16" if device_type == "cuda" else "off") if autocast == "auto" else autocast
 
 
+def inference_model(math_fields: dict, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
+    """A model of ModelConfig's math fields with the kernels this module predicts with (what a checkpoint runs)."""
+    mha = attention == "mha"   # upstream's call takes neither kernel choice
+    return NanoTabPFNModel(ModelConfig(**math_fields, attention=attention,
+                                       feature_attention="sdpa" if mha else INFERENCE_FEATURE_ATTENTION,
+                                       last_layer_target_only=not mha))
+
+
 def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTabPFNModel:
     """The model of a checkpoint, built from its fields that change the math; kernel choices of any version are
     ignored, and a field older checkpoints lack takes its default."""
@@ -64,11 +72,8 @@ def model_from_checkpoint(path, attention: str = INFERENCE_ATTENTION) -> NanoTab
     if unknown or missing:
         raise ValueError(f"checkpoint {path}: model_config has unknown field(s) {unknown} or lacks {missing}")
     try:
-        mha = attention == "mha"   # upstream's call takes neither kernel choice
-        math_fields = {name: config[name] for name in known & set(config) if name not in SPEED_ONLY_FIELDS}
-        model = NanoTabPFNModel(ModelConfig(**math_fields, attention=attention,
-                                            feature_attention="sdpa" if mha else INFERENCE_FEATURE_ATTENTION,
-                                            last_layer_target_only=not mha))
+        model = inference_model({name: config[name] for name in known & set(config) if name not in SPEED_ONLY_FIELDS},
+                                attention)
     except (ValueError, TypeError) as error:
         raise ValueError(f"checkpoint {path}: bad model_config: {error}") from None
     try:

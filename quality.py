@@ -342,12 +342,13 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     under bf16 autocast: median and 10th-90th percentiles of `repeats` after `warmup` untimed."""
     import torch
 
-    from classifier import INFERENCE_ATTENTION, NanoTabPFNClassifier, model_from_checkpoint, resolved_autocast
-    from model import MODEL_PRESETS, ModelConfig, NanoTabPFNModel
+    from classifier import NanoTabPFNClassifier, inference_model, model_from_checkpoint, resolved_autocast
+    from model import MODEL_PRESETS
     from runtime import resolve_device
     device = resolve_device(device)
-    model = (model_from_checkpoint(checkpoint) if checkpoint else   # random weights cost the same as trained ones
-             NanoTabPFNModel(ModelConfig(**MODEL_PRESETS["large"], num_outputs=10, attention=INFERENCE_ATTENTION)))
+    # random weights cost as trained ones; the large preset gets the kernels a checkpoint of it would run with
+    model = model_from_checkpoint(checkpoint) if checkpoint else inference_model({**MODEL_PRESETS["large"],
+                                                                                  "num_outputs": 10})
     rng = np.random.default_rng(0)
     X = rng.normal(size=(LATENCY_ROWS + LATENCY_TEST_ROWS, LATENCY_FEATURES))
     y = (X[:, 0] + rng.normal(size=len(X)) > 0).astype(int)

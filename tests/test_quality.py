@@ -348,6 +348,20 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     assert f"defaults, 4 members: {default['median_ms']:.1f} ms" in out and "does not apply on a CPU" in out
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
+    # no checkpoint: the large preset (shrunk here), with the kernels a checkpoint of it predicts with
+    import classifier
+    import model
+    monkeypatch.setitem(model.MODEL_PRESETS, "large", dict(embedding_size=16, num_attention_heads=2,
+                                                           mlp_hidden_size=32, num_layers=2))
+    preset_out = str(tmp_path / "preset.json")
+    assert quality.main(["latency", "--out", preset_out, "--device", "cpu", "--repeats", "1", "--warmup", "0"]) == 0
+    config = json.load(open(preset_out))["config"]
+    written = classifier.model_from_checkpoint(checkpoint(tmp_path / "ten16.pt", 10)).config
+    assert config["embedding_size"] == 16 and config["num_layers"] == 2 and config["num_outputs"] == 10
+    assert {name: config[name] for name in model.SPEED_ONLY_FIELDS} == {
+        name: getattr(written, name) for name in model.SPEED_ONLY_FIELDS}
+    assert config["feature_attention"] == classifier.INFERENCE_FEATURE_ATTENTION and config["last_layer_target_only"]
+    capsys.readouterr()
     (tmp_path / "bad.pt").write_text("not a checkpoint")
     assert quality.main(["latency", "--out", str(tmp_path / "bad.json"), str(tmp_path / "bad.pt")]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not os.path.exists(tmp_path / "bad.json")
