@@ -346,9 +346,9 @@ def latency(checkpoint, device: str, repeats: int, warmup: int) -> dict:
     from model import MODEL_PRESETS
     from runtime import resolve_device
     device = resolve_device(device)
-    # random weights cost as trained ones; the large preset gets the kernels a checkpoint of it would run with
-    model = model_from_checkpoint(checkpoint) if checkpoint else inference_model({**MODEL_PRESETS["large"],
-                                                                                  "num_outputs": 10})
+    # no checkpoint: the large preset's random weights (they cost as trained ones), with a checkpoint's kernels
+    large = {**MODEL_PRESETS["large"], "num_outputs": 10}
+    model = model_from_checkpoint(checkpoint) if checkpoint else inference_model(large)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(LATENCY_ROWS + LATENCY_TEST_ROWS, LATENCY_FEATURES))
     y = (X[:, 0] + rng.normal(size=len(X)) > 0).astype(int)
