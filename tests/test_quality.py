@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+import classifier
 import evaluation as ev
 import quality
 import real_data as rd
-from model import NanoTabPFNModel
+from model import MODEL_PRESETS, SPEED_ONLY_FIELDS, NanoTabPFNModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHEAP = ["logistic_regression", "knn"]
@@ -349,17 +350,15 @@ def test_latency_times_each_setting_and_refuses_bad_counts(tmp_path, monkeypatch
     assert quality.main(["latency", "--out", out, "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
     # no checkpoint: the large preset (shrunk here), with the kernels a checkpoint of it predicts with
-    import classifier
-    import model
-    monkeypatch.setitem(model.MODEL_PRESETS, "large", dict(embedding_size=16, num_attention_heads=2,
-                                                           mlp_hidden_size=32, num_layers=2))
+    monkeypatch.setitem(MODEL_PRESETS, "large", dict(embedding_size=16, num_attention_heads=2, mlp_hidden_size=32,
+                                                     num_layers=2))
     preset_out = str(tmp_path / "preset.json")
     assert quality.main(["latency", "--out", preset_out, "--device", "cpu", "--repeats", "1", "--warmup", "0"]) == 0
     config = json.load(open(preset_out))["config"]
     written = classifier.model_from_checkpoint(checkpoint(tmp_path / "ten16.pt", 10)).config
     assert config["embedding_size"] == 16 and config["num_layers"] == 2 and config["num_outputs"] == 10
-    assert {name: config[name] for name in model.SPEED_ONLY_FIELDS} == {
-        name: getattr(written, name) for name in model.SPEED_ONLY_FIELDS}
+    assert {name: config[name] for name in SPEED_ONLY_FIELDS} == {name: getattr(written, name)
+                                                                 for name in SPEED_ONLY_FIELDS}
     assert config["feature_attention"] == classifier.INFERENCE_FEATURE_ATTENTION and config["last_layer_target_only"]
     capsys.readouterr()
     (tmp_path / "bad.pt").write_text("not a checkpoint")
